@@ -1,0 +1,61 @@
+# Verbs for the round trip. Every target creates or reuses the virtual environment .venv.
+#   make book       install everything, build the HTML book (executes every chapter)
+#   make test       install everything, run unit tests and every chapter through nbval
+#   make test-fast  unit tests only (no notebooks, no slow multi-seed checks)
+#   make notebooks  write .ipynb versions of the chapters to _build/notebooks
+#   make students   students' edition: notebooks with exercise solutions removed
+#   make bench      run the benchmarks and print their tables
+#   make clean      remove build outputs (keeps .venv)
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export OMP_NUM_THREADS ?= 1
+export MPLBACKEND ?= Agg
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: install book test test-fast test-notebooks notebooks students bench browser-test clean
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/.jupyter_cache _build/html
+	$(BIN)/jupyter-book build . -W --keep-going
+	@echo "Book written to _build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile --durations=15 -m "slow or not slow"
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow" -q
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest book --nbval-lax -n 2 --dist loadfile --durations=15
+
+notebooks: $(STAMP)
+	$(BIN)/python scripts/make_notebooks.py --out _build/notebooks
+
+students: $(STAMP)
+	$(BIN)/python scripts/make_notebooks.py --out _build/students --strip-solutions
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+browser-test: $(STAMP)
+	$(BIN)/python -m pytest tests/test_browser.py -v
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,42 @@
+"""topicmech: how transformers learn topic structure, rerun on a laptop CPU.
+
+Companion package to the topicmech book, after Li, Li & Risteski, *How Do Transformers
+Learn Topic Structure: Towards a Mechanistic Understanding* (ICML 2023).
+
+Modules and the chapters that introduce them:
+
+========================  =====================================================
+module                    book chapter
+========================  =====================================================
+:mod:`topicmech.data`     1  Topic models as a sandbox; 2 (masking)
+:mod:`topicmech.model`    2  Masked language modelling and a one-layer transformer
+:mod:`topicmech.train`    2  (first training run); used by 3-7
+:mod:`topicmech.probes`   2, 5  block means, attention by topic relation
+:mod:`topicmech.theory`   3  Embeddings; 4 Stage 1 (value matrix); 5 Stage 2 (attention)
+:mod:`topicmech.dynamics` 6  Two stages in joint training; 7 Beyond the assumptions
+:mod:`topicmech.pretrained` 8  Real text and a pretrained transformer
+:mod:`topicmech.plotting` all chapters (house style)
+:mod:`topicmech.utils`    all chapters (seeding, threads, quick/full mode)
+========================  =====================================================
+
+Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``,
+``V = vocab_size = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``,
+``N = doc_len``, ``tau = topics_per_doc``; matrices act on column vectors (rows =
+output, columns = input); attention patterns are ``(batch, query, key)``.
+"""
+
+from . import data, model, plotting, probes, train, utils
+from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from .model import OneLayerTransformer
+from .probes import attention_by_relation, block_means
+from .train import train as train_model
+from .utils import MODE, is_full, seed_everything, setup_notebook
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "data", "model", "plotting", "probes", "train", "utils",
+    "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "OneLayerTransformer",
+    "block_means", "attention_by_relation", "train_model",
+    "MODE", "is_full", "seed_everything", "setup_notebook",
+]

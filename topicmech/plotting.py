@@ -1,0 +1,111 @@
+"""House style and the few figures every chapter reuses.
+
+Book: all chapters. Heatmaps sort words by topic and draw topic boundaries, so block
+structure is visible at a glance.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import torch
+
+__all__ = ["set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve"]
+
+
+def set_style() -> None:
+    """Seaborn's white-grid style with a colour-blind palette and compact figures."""
+    sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
+    matplotlib.rcParams.update({"figure.figsize": (6.0, 4.0), "figure.dpi": 90, "savefig.dpi": 90,
+                                "axes.titlesize": "medium"})
+
+
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def heatmap_by_topic(
+    matrix: torch.Tensor | np.ndarray,
+    words_per_topic: int,
+    *,
+    ax: plt.Axes | None = None,
+    title: str = "",
+    center: float | None = 0.0,
+    cmap: str = "RdBu_r",
+    label_mask: bool = True,
+) -> plt.Axes:
+    """Heatmap of a token-by-token matrix with topic boundaries drawn.
+
+    Parameters
+    ----------
+    matrix : array, shape (V, V) or (V + 1, V + 1)
+        Words are assumed sorted by topic (the package's convention); with ``V + 1`` the
+        last row/column is ``[MASK]``.
+    words_per_topic : int
+        ``v``, for the boundary lines.
+    ax : matplotlib Axes, optional
+    title : str
+    center : float or None
+        Value mapped to the middle of the diverging colour map (None: sequential).
+    cmap : str
+    label_mask : bool
+        Mark the ``[MASK]`` row and column.
+    """
+    M = _np(matrix)
+    if M.ndim != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.2, 3.6))
+    kw = {"center": center, "cmap": cmap} if center is not None else {"cmap": "viridis"}
+    sns.heatmap(M, ax=ax, square=True, xticklabels=False, yticklabels=False, cbar_kws={"shrink": 0.8}, **kw)
+    V = (M.shape[0] // words_per_topic) * words_per_topic
+    for b in range(words_per_topic, V, words_per_topic):
+        ax.axhline(b, color="k", lw=0.4, alpha=0.5)
+        ax.axvline(b, color="k", lw=0.4, alpha=0.5)
+    if label_mask and M.shape[0] == V + 1:
+        ax.axhline(V, color="k", lw=1.0)
+        ax.axvline(V, color="k", lw=1.0)
+        ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=7)
+    ax.set_title(title)
+    return ax
+
+
+def compare_heatmaps(
+    matrices: Sequence[torch.Tensor | np.ndarray],
+    titles: Sequence[str],
+    words_per_topic: int,
+    *,
+    center: float | None = 0.0,
+    shared_scale: bool = True,
+) -> plt.Figure:
+    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale."""
+    if len(matrices) != len(titles):
+        raise ValueError(f"got {len(matrices)} matrices but {len(titles)} titles")
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.0 * len(matrices), 3.6), squeeze=False)
+    arrays = [_np(m) for m in matrices]
+    lim = max(float(np.abs(a).max()) for a in arrays) if shared_scale else None
+    for ax, a, t in zip(axes[0], arrays, titles):
+        heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center)
+        if lim is not None and center is not None:
+            ax.collections[0].set_clim(center - lim, center + lim)
+    fig.tight_layout()
+    return fig
+
+
+def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None = None,
+               reference_label: str = "optimum", window: int = 50, label: str | None = None) -> plt.Axes:
+    """Smoothed training loss, with an optional horizontal reference line."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.2))
+    ax.plot(history.step, history.smoothed_loss(window), label=label or f"training loss (mean of {window})")
+    if reference is not None:
+        ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    return ax

@@ -1,0 +1,239 @@
+"""Training loop for masked language modelling on topic-model data.
+
+Book: chapter 2 runs the first training; chapters 3-7 call :func:`train` with other
+switches. The loss is computed only at selected positions; masks are drawn afresh
+every step; L2 is a real penalty ``l2 * sum ||W||_F^2`` over the trained matrices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data import TopicModel, bert_mask, check_docs
+from .utils import check_masking, check_positive_int, make_generator
+
+__all__ = ["History", "mlm_loss", "train", "make_optimizer"]
+
+LossKind = Literal["squared", "cross_entropy"]
+Probe = Callable[[nn.Module], "float | torch.Tensor | np.ndarray"]
+
+
+@dataclass
+class History:
+    """What :func:`train` records.
+
+    Attributes
+    ----------
+    step : list of int
+        Steps at which the training loss was logged (1-based).
+    loss : list of float
+        Training loss of the minibatch at those steps (without the L2 term).
+    probe_step : list of int
+        Steps at which probes ran (0 = before training).
+    probes : dict of str to list
+        One list per probe, aligned with ``probe_step``; tensors are stored as NumPy arrays.
+    """
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    probe_step: list[int] = field(default_factory=list)
+    probes: dict[str, list] = field(default_factory=dict)
+
+    def probe(self, name: str) -> np.ndarray:
+        """One probe's values as an array, shape ``(num_probe_steps, ...)``."""
+        if name not in self.probes:
+            raise ValueError(f"no probe named {name!r}; recorded: {sorted(self.probes)}")
+        return np.asarray(self.probes[name])
+
+    def smoothed_loss(self, window: int = 50) -> np.ndarray:
+        """Running mean of the logged loss over ``window`` entries, shape ``(len(loss),)``."""
+        x = np.asarray(self.loss, dtype=float)
+        if len(x) == 0:
+            return x
+        w = max(1, min(window, len(x)))
+        c = np.cumsum(np.insert(x, 0, 0.0))
+        out = np.empty_like(x)
+        out[w - 1 :] = (c[w:] - c[:-w]) / w
+        out[: w - 1] = c[1:w] / np.arange(1, w)
+        return out
+
+
+def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor, kind: LossKind = "squared") -> torch.Tensor:
+    """Masked-language-modelling loss at the selected positions only.
+
+    Parameters
+    ----------
+    logits : Tensor, shape (batch, N, D)
+    targets : LongTensor, shape (batch, N)
+        The true (uncorrupted) words.
+    selected : BoolTensor, shape (batch, N)
+    kind : {"squared", "cross_entropy"}
+        ``"squared"``: ``||f - e_y||^2`` summed over the ``D`` coordinates, the theory's
+        loss; ``"cross_entropy"``: softmax cross-entropy over the ``D`` tokens.
+
+    Returns
+    -------
+    loss : scalar Tensor
+        Mean over selected positions (0 if none is selected).
+    """
+    f = logits[selected]                                                        # (n_sel, D)
+    y = targets[selected]                                                       # (n_sel,)
+    if f.shape[0] == 0:
+        return logits.sum() * 0.0
+    if kind == "squared":
+        # ||f - e_y||^2 = ||f||^2 - 2 f_y + 1
+        return (f.pow(2).sum(-1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).mean()
+    if kind == "cross_entropy":
+        return F.cross_entropy(f, y)
+    raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {kind!r}")
+
+
+def make_optimizer(params: list[nn.Parameter], optimizer: str, lr: float) -> torch.optim.Optimizer:
+    """``"sgd"`` (plain, no momentum) or ``"adam"``, with learning rate ``lr``."""
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+
+
+def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], step: int) -> None:
+    history.probe_step.append(step)
+    with torch.no_grad():
+        for name, fn in probes.items():
+            value = fn(model)
+            if isinstance(value, torch.Tensor):
+                value = value.detach().cpu().numpy()
+            history.probes.setdefault(name, []).append(value)
+
+
+def train(
+    model: nn.Module,
+    data: TopicModel | torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    doc_len: int | None = None,
+    loss: LossKind = "squared",
+    optimizer: Literal["sgd", "adam"] = "sgd",
+    lr: float | None = None,
+    l2: float = 0.0,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    seed: int = 0,
+    probes: Mapping[str, Probe] | None = None,
+    probe_every: int | None = None,
+    progress: bool = False,
+) -> History:
+    """Train ``model`` by masked language modelling.
+
+    Parameters
+    ----------
+    model : OneLayerTransformer or TwoLayerTransformer
+        Only tensors with ``requires_grad`` are trained.
+    data : TopicModel or LongTensor of shape (num_docs, N)
+        A topic model draws ``batch_size`` fresh documents of length ``doc_len`` every step
+        (the population loss); a tensor of documents is resampled with replacement.
+    steps : int
+        Optimisation steps.
+    batch_size : int
+        Documents per step.
+    doc_len : int, optional
+        ``N``; required when ``data`` is a topic model.
+    loss : {"squared", "cross_entropy"}
+        See :func:`mlm_loss`.
+    optimizer : {"sgd", "adam"}
+        Plain SGD or Adam.
+    lr : float, optional
+        Learning rate; defaults to 1.0 for SGD and 1e-2 for Adam.
+    l2 : float
+        Weight of the penalty ``sum ||W||_F^2`` over trained matrices.
+    mask_prob, keep_prob, random_prob : float
+        BERT corruption, drawn afresh every step (see :func:`topicmech.data.bert_mask`).
+    seed : int
+        Seed for documents and masks.
+    probes : dict of str to callable, optional
+        Functions of the model evaluated (without gradients) before training, every
+        ``probe_every`` steps and at the end.
+    probe_every : int, optional
+        Defaults to ``max(1, steps // 50)``.
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    FloatingPointError
+        If the loss becomes NaN or infinite (lower the learning rate).
+    """
+    steps = check_positive_int("steps", steps)
+    batch_size = check_positive_int("batch_size", batch_size)
+    check_masking(mask_prob, keep_prob, random_prob)
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    if lr is None:
+        lr = {"sgd": 1.0, "adam": 1e-2}.get(optimizer, 0.0)
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    if not (isinstance(l2, (int, float)) and l2 >= 0 and math.isfinite(l2)):
+        raise ValueError(f"l2 must be a float >= 0, got {l2!r}")
+    vocab_size = model.num_tokens - 1
+    if isinstance(data, TopicModel):
+        if doc_len is None:
+            raise ValueError("doc_len is required when data is a topic model")
+        doc_len = check_positive_int("doc_len", doc_len)
+        if data.num_tokens != model.num_tokens:
+            raise ValueError(f"model has num_tokens={model.num_tokens} but the topic model has {data.num_tokens}")
+    else:
+        data = check_docs(data, vocab_size, name="data")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters (everything is frozen)")
+    opt = make_optimizer(params, optimizer, lr)
+    probes = dict(probes or {})
+    probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
+    gen = make_generator(seed)
+    history = History()
+    _record(history, model, probes, 0)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc="train", leave=False)
+    for step in range(1, steps + 1):
+        if isinstance(data, TopicModel):
+            docs = data.sample(batch_size, doc_len, gen)                        # (B, N)
+        else:
+            docs = data[torch.randint(len(data), (batch_size,), generator=gen)]  # (B, N)
+        inputs, selected = bert_mask(docs, vocab_size, mask_prob, keep_prob, random_prob, gen)
+        logits = model(inputs, selected)                                        # (B, N, D)
+        value = mlm_loss(logits, docs, selected, loss)
+        total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
+        if not torch.isfinite(total):
+            raise FloatingPointError(
+                f"non-finite loss {float(total)} at step {step}; lower the learning rate (lr={lr})"
+            )
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        opt.step()
+        history.step.append(step)
+        history.loss.append(float(value.detach()))
+        if probes and (step % probe_every == 0 or step == steps):
+            _record(history, model, probes, step)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return history

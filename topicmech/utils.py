@@ -1,0 +1,156 @@
+"""Seeding, threads, run mode and input validation shared by every module and chapter.
+
+Book: every chapter's first code cell calls :func:`setup_notebook`; the run mode
+(quick or paper scale) is described on the *How to use this book* page.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Literal
+
+import numpy as np
+import torch
+
+__all__ = [
+    "MODE",
+    "run_mode",
+    "is_full",
+    "seed_everything",
+    "setup_notebook",
+    "make_generator",
+    "default_device",
+]
+
+Mode = Literal["quick", "full"]
+
+
+def run_mode() -> Mode:
+    """Read the run mode from the environment variable ``TOPICMECH_MODE``.
+
+    Returns
+    -------
+    mode : {"quick", "full"}
+        ``"quick"`` (default) keeps every chapter under a minute on two CPU cores;
+        ``"full"`` runs the paper-scale settings.
+
+    Raises
+    ------
+    ValueError
+        If ``TOPICMECH_MODE`` is set to anything else.
+    """
+    mode = os.environ.get("TOPICMECH_MODE", "quick").strip().lower() or "quick"
+    if mode not in ("quick", "full"):
+        raise ValueError(f"TOPICMECH_MODE must be 'quick' or 'full', got {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+MODE: Mode = run_mode()
+
+
+def is_full() -> bool:
+    """True when the paper-scale mode is on (``TOPICMECH_MODE=full``)."""
+    return run_mode() == "full"
+
+
+def default_device() -> torch.device:
+    """The device for paper-scale runs: CUDA when present and in full mode, else CPU."""
+    if is_full() and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int, *, deterministic: bool = True) -> None:
+    """Seed Python, NumPy and torch, and ask torch for deterministic kernels.
+
+    Parameters
+    ----------
+    seed : int
+        Non-negative seed.
+    deterministic : bool
+        Also call ``torch.use_deterministic_algorithms(True, warn_only=True)``.
+    """
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    torch.manual_seed(int(seed))
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def make_generator(seed: int | torch.Generator) -> torch.Generator:
+    """Return a CPU ``torch.Generator``: a fresh one seeded with ``seed``, or ``seed`` itself.
+
+    Every random function in the package takes ``seed`` and calls this, so results never
+    depend on global random state.
+    """
+    if isinstance(seed, torch.Generator):
+        return seed
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or a torch.Generator, got {seed!r}")
+    gen = torch.Generator()
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
+    """One call at the top of each chapter: one torch thread, seeds, plot style.
+
+    Two threads on two busy cores can be 10-100x slower than one, so chapters run
+    single-threaded.
+
+    Parameters
+    ----------
+    seed : int
+        Seed passed to :func:`seed_everything`.
+    threads : int
+        Number of torch intra-op threads.
+
+    Returns
+    -------
+    mode : {"quick", "full"}
+        The run mode, so a chapter can print it.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads!r}")
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    from . import plotting  # local import: plotting pulls in matplotlib
+
+    plotting.set_style()
+    return run_mode()
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_probability(name: str, value: object) -> float:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a float in [0, 1]."""
+    try:
+        p = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}") from None
+    if not (0.0 <= p <= 1.0):
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return p
+
+
+def check_masking(mask_prob: float, keep_prob: float, random_prob: float) -> tuple[float, float, float]:
+    """Validate the BERT corruption probabilities; return them as floats.
+
+    ``keep_prob + random_prob`` must not exceed 1 (the rest is the ``[MASK]`` share).
+    """
+    p_m = check_probability("mask_prob", mask_prob)
+    p_c = check_probability("keep_prob", keep_prob)
+    p_r = check_probability("random_prob", random_prob)
+    if p_c + p_r > 1.0 + 1e-12:
+        raise ValueError(
+            f"keep_prob + random_prob must be <= 1, got keep_prob={keep_prob!r}, random_prob={random_prob!r}"
+        )
+    return p_m, p_c, p_r
