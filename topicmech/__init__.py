@@ -5,19 +5,20 @@ Learn Topic Structure: Towards a Mechanistic Understanding* (ICML 2023).
 
 Modules and the chapters that introduce them:
 
-========================  =====================================================
-module                    book chapter
-========================  =====================================================
-:mod:`topicmech.data`     1  Topic models as a sandbox; 2 (masking)
-:mod:`topicmech.model`    2  Masked language modelling and a one-layer transformer
-:mod:`topicmech.train`    2  (first training run); used by 3-7
-:mod:`topicmech.probes`   2, 5  block means, attention by topic relation
-:mod:`topicmech.theory`   3  Embeddings; 4 Stage 1 (value matrix); 5 Stage 2 (attention)
-:mod:`topicmech.dynamics` 6  Two stages in joint training; 7 Beyond the assumptions
-:mod:`topicmech.pretrained` 8  Real text and a pretrained transformer
-:mod:`topicmech.plotting` all chapters (house style)
-:mod:`topicmech.utils`    all chapters (seeding, threads, quick/full mode)
-========================  =====================================================
+==============================  =======================================================
+module                          book chapter
+==============================  =======================================================
+:mod:`topicmech.data`           1 Topic models as a sandbox; 2 (masking)
+:mod:`topicmech.model`          2 Masked language modelling and a one-layer transformer
+:mod:`topicmech.train`          2 (first training run); used by 3-7
+:mod:`topicmech.probes`         2, 5 (block means, attention by topic relation)
+:mod:`topicmech.theory`         3 Embeddings; 4 Stage 1 (value matrix); 5 Stage 2
+:mod:`topicmech.dynamics`       6 Two stages in joint training; 7 Beyond the assumptions
+:mod:`topicmech.pretrained`     8 Real text and a pretrained transformer
+:mod:`topicmech.artifacts`      saving and loading trained models safely
+:mod:`topicmech.plotting`       all chapters (house style)
+:mod:`topicmech.utils`          all chapters (seeding, threads, quick/full mode)
+==============================  =======================================================
 
 Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``,
 ``V = vocab_size = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``,

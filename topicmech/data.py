@@ -204,6 +204,8 @@ class LDATopicModel(TopicModel):
 
     def __init__(self, num_topics: int, words_per_topic: int, alpha: float) -> None:
         super().__init__(num_topics, words_per_topic)
+        if isinstance(alpha, (bool, str, bytes)):
+            raise ValueError(f"alpha must be a positive float, got {alpha!r}")
         try:
             a = float(alpha)
         except (TypeError, ValueError):
@@ -235,10 +237,14 @@ class LDATopicModel(TopicModel):
 def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch.Tensor:
     """Validate a batch of documents: a 2-D integer tensor with ids in ``[0, vocab_size)``."""
     if not isinstance(docs, torch.Tensor):
-        docs = torch.as_tensor(np.asarray(docs))
+        try:
+            docs = torch.as_tensor(np.asarray(docs))
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be an integer tensor of shape (num_docs, doc_len), "
+                             f"got {type(docs).__name__}") from None
     if docs.dim() != 2:
         raise ValueError(f"{name} must have shape (num_docs, doc_len), got shape {tuple(docs.shape)}")
-    if docs.dtype.is_floating_point or docs.dtype == torch.bool:
+    if docs.dtype.is_floating_point or docs.dtype.is_complex or docs.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids, got dtype {docs.dtype}")
     if docs.numel() and (int(docs.min()) < 0 or int(docs.max()) >= vocab_size):
         raise ValueError(

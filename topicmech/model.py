@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from .utils import check_positive_int
+from .utils import check_positive_int, make_generator
 
 __all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility"]
 
@@ -64,10 +64,45 @@ def key_visibility(selected: torch.Tensor | None, attend_to_masked: bool, shape:
     Returns
     -------
     visible : BoolTensor, shape (batch, N)
+
+    Raises
+    ------
+    ValueError
+        If ``selected`` is not a BoolTensor of shape ``shape`` (an integer 0/1 mask would
+        otherwise be silently misread: ``~1 == -2``).
     """
+    if selected is not None:
+        if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool:
+            raise ValueError(f"selected must be a BoolTensor, got {type(selected).__name__} "
+                             f"with dtype {getattr(selected, 'dtype', None)}")
+        if tuple(selected.shape) != tuple(shape):
+            raise ValueError(f"selected must have shape {tuple(shape)}, got {tuple(selected.shape)}")
+    if not isinstance(attend_to_masked, bool):
+        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
     if selected is None or attend_to_masked:
         return torch.ones(shape, dtype=torch.bool, device=selected.device if selected is not None else None)
     return ~selected
+
+
+def _check_inputs(inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """Validate a batch of token ids: a 2-D integer tensor with ids in ``[0, num_tokens)``."""
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+        raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {type(inputs).__name__} "
+                         f"{tuple(getattr(inputs, 'shape', ()))}")
+    if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == torch.bool:
+        raise ValueError(f"inputs must hold integer token ids, got dtype {inputs.dtype}")
+    if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= num_tokens):
+        raise ValueError(
+            f"inputs hold token ids outside [0, {num_tokens}): min {int(inputs.min())}, max {int(inputs.max())}"
+        )
+    return inputs.long()
+
+
+def _check_init_scale(init_scale: object) -> float:
+    if (isinstance(init_scale, bool) or not isinstance(init_scale, (int, float))
+            or not math.isfinite(init_scale) or init_scale < 0):
+        raise ValueError(f"init_scale must be a finite float >= 0, got {init_scale!r}")
+    return float(init_scale)
 
 
 class OneLayerTransformer(nn.Module):
@@ -129,15 +164,14 @@ class OneLayerTransformer(nn.Module):
             raise ValueError(f"d_model must equal num_tokens={D} for one-hot embeddings, got {d_model!r}")
         if head == "identity" and d != D:
             raise ValueError(f"d_model must equal num_tokens={D} for an identity head, got {d_model!r}")
-        if not (isinstance(init_scale, (int, float)) and init_scale >= 0 and math.isfinite(init_scale)):
-            raise ValueError(f"init_scale must be a finite float >= 0, got {init_scale!r}")
+        _check_init_scale(init_scale)
         if not isinstance(attend_to_masked, bool):
             raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
         self.num_tokens, self.d_model = D, d
         self.attend_to_masked = attend_to_masked
         self.init_scale = float(init_scale)
 
-        gen = torch.Generator().manual_seed(seed)
+        gen = make_generator(seed)  # validates seed
 
         def init(*shape: int) -> nn.Parameter:
             return nn.Parameter(init_scale * torch.randn(*shape, generator=gen))
@@ -191,12 +225,26 @@ class OneLayerTransformer(nn.Module):
         return self.W_E.T @ self.W_E
 
     def freeze(self, *names: str) -> "OneLayerTransformer":
-        """Stop training the named matrices (``"W_E"``, ``"W_K"``, ``"W_Q"``, ``"W_V"``, ``"W_U"``)."""
+        """Stop training the named matrices (``"W_E"``, ``"W_K"``, ``"W_Q"``, ``"W_V"``, ``"W_U"``).
+
+        Freezing a matrix that is already fixed (a one-hot ``W_E``, uniform ``W_K``/``W_Q``,
+        identity ``W_V`` or identity head) does nothing. A tied head *is* ``W_E^T``, so
+        freeze ``"W_E"`` instead of ``"W_U"``.
+
+        Raises
+        ------
+        ValueError
+            For an unknown name, or ``"W_U"`` with a tied head.
+        """
+        allowed = ("W_E", "W_K", "W_Q", "W_V", "W_U")
         for name in names:
-            t = getattr(self, name, None)
-            if not isinstance(t, torch.Tensor):
-                raise ValueError(f"no matrix named {name!r}; choose from W_E, W_K, W_Q, W_V, W_U")
-            t.requires_grad_(False)
+            if name not in allowed:
+                raise ValueError(f"no matrix named {name!r}; choose from {', '.join(allowed)}")
+            if name == "W_U" and self.head == "tied":
+                raise ValueError("cannot freeze 'W_U' on its own: the head is tied to W_E (freeze 'W_E')")
+        for name in names:
+            matrix = self.unembedding if name == "W_U" else getattr(self, name)
+            matrix.requires_grad_(False)
         return self
 
     # ---- forward ----------------------------------------------------------------
@@ -224,8 +272,6 @@ class OneLayerTransformer(nn.Module):
         q = h @ self.W_Q.T                                                        # (B, N, d)
         k = h @ self.W_K.T                                                        # (B, N, d)
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
-        if selected is not None and selected.shape != inputs.shape:
-            raise ValueError(f"selected must have shape {tuple(inputs.shape)}, got {tuple(selected.shape)}")
         visible = key_visibility(selected, self.attend_to_masked, inputs.shape)  # (B, key)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
         any_key = visible.any(dim=1)                                              # (B,)
@@ -246,8 +292,10 @@ class OneLayerTransformer(nn.Module):
             return self.run_with_cache(inputs, selected)["logits"]
         inputs = self._check_inputs(inputs)
         B, N = inputs.shape
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).float()  # (B, N)
-        counts = torch.zeros(B, self.num_tokens).scatter_add_(1, inputs, visible)       # (B, D)
+        dtype = self.W_E.dtype
+        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(dtype)  # (B, N)
+        counts = torch.zeros(B, self.num_tokens, dtype=dtype, device=inputs.device)
+        counts.scatter_add_(1, inputs, visible)                                          # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
         out = (xbar @ self.W_E.T) @ self.W_V.T                                           # (B, d)
         logits = out @ self.unembedding.T                                                # (B, D)
@@ -258,14 +306,7 @@ class OneLayerTransformer(nn.Module):
         return self.run_with_cache(inputs, selected)["attn.pattern"]
 
     def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
-        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-            raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {type(inputs).__name__} "
-                             f"{tuple(getattr(inputs, 'shape', ()))}")
-        if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= self.num_tokens):
-            raise ValueError(
-                f"inputs hold token ids outside [0, {self.num_tokens}): min {int(inputs.min())}, max {int(inputs.max())}"
-            )
-        return inputs.long()
+        return _check_inputs(inputs, self.num_tokens)
 
     def extra_repr(self) -> str:
         return (f"D={self.num_tokens}, d={self.d_model}, embedding={self.embedding!r}, attention={self.attention!r}, "
@@ -303,9 +344,12 @@ class TwoLayerTransformer(nn.Module):
         L = check_positive_int("num_layers", num_layers)
         if d % H:
             raise ValueError(f"d_model={d} must be divisible by num_heads, got num_heads={num_heads!r}")
+        if not isinstance(attend_to_masked, bool):
+            raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
+        _check_init_scale(init_scale)
         self.num_tokens, self.d_model, self.num_heads, self.num_layers = D, d, H, L
         self.attend_to_masked = attend_to_masked
-        gen = torch.Generator().manual_seed(seed)
+        gen = make_generator(seed)  # validates seed
         self.W_E = nn.Parameter(init_scale * torch.randn(d, D, generator=gen))
         self.W_QKV = nn.ParameterList(
             [nn.Parameter(init_scale * torch.randn(3, d, d, generator=gen)) for _ in range(L)]
@@ -320,6 +364,7 @@ class TwoLayerTransformer(nn.Module):
     def run_with_cache(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Forward pass; keys ``"embed"``, ``"blocks.{l}.attn.pattern"`` (batch, head, query, key)
         and ``"logits"`` (batch, N, D)."""
+        inputs = _check_inputs(inputs, self.num_tokens)
         B, N = inputs.shape
         H, dh = self.num_heads, self.d_model // self.num_heads
         x = self.W_E.T[inputs]                                                    # (B, N, d)

@@ -144,10 +144,21 @@ def attention_by_relation(pattern: torch.Tensor, inputs: torch.Tensor, topic_of_
     AttentionByRelation
         Mean weight in each relation, multiplied by ``N``.
     """
-    if pattern.dim() != 3 or pattern.shape[0] != inputs.shape[0] or pattern.shape[1:] != (inputs.shape[1],) * 2:
+    if (not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point
+            or inputs.dtype.is_complex or inputs.dtype == torch.bool):
+        raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got "
+                         f"{getattr(inputs, 'dtype', type(inputs).__name__)} of shape {tuple(getattr(inputs, 'shape', ()))}")
+    if not isinstance(pattern, torch.Tensor) or pattern.dim() != 3 or pattern.shape[0] != inputs.shape[0] \
+            or pattern.shape[1:] != (inputs.shape[1],) * 2:
         raise ValueError(f"pattern must have shape (batch, N, N) matching inputs {tuple(inputs.shape)}, "
-                         f"got {tuple(pattern.shape)}")
+                         f"got {tuple(getattr(pattern, 'shape', ()))}")
+    topic_of_word = torch.as_tensor(topic_of_word)
+    if topic_of_word.dim() != 1 or topic_of_word.numel() == 0:
+        raise ValueError(f"topic_of_word must be a non-empty 1-D tensor, got shape {tuple(topic_of_word.shape)}")
     V = len(topic_of_word)
+    if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) > V):
+        raise ValueError(f"inputs hold token ids outside [0, {V}] (words and [MASK]): "
+                         f"min {int(inputs.min())}, max {int(inputs.max())}")
     N = inputs.shape[1]
     is_word = inputs < V                                                        # (B, N)
     tok = inputs.clamp(max=V - 1)

@@ -184,7 +184,7 @@ def _params(
     if not isinstance(attend_to_masked, (bool, np.bool_)):
         raise ValueError(f"attend_to_masked must be a bool, got {attend_to_masked!r}")
     si = bool(attend_to_masked)
-    if not si and p_m >= 1.0 and not math.isinf(N):
+    if not si and p_m >= 1.0:
         raise ValueError(
             f"mask_prob must be < 1 when attend_to_masked=False (no visible key otherwise), got {mask_prob!r}"
         )
@@ -216,10 +216,10 @@ def kappa(doc_len: int | float, mask_prob: float = 0.15) -> float:
     """
     N = _check_doc_len(doc_len)
     p_m = check_masking(mask_prob, 0.0, 0.0)[0]
-    if math.isinf(N):
-        return 0.0
     if p_m >= 1.0:
         raise ValueError(f"mask_prob must be < 1 for kappa (K >= 1 is impossible), got {mask_prob!r}")
+    if math.isinf(N):
+        return 0.0
     n = int(N) - 1
     if p_m == 0.0:
         return 1.0 / n
@@ -910,3 +910,373 @@ def least_squares_value_matrix(
         return np.linalg.solve(Sxx + lam * np.eye(D), Cyx.T).T
     return np.linalg.lstsq(Sxx, Cyx.T, rcond=_RCOND)[0].T
 
+
+
+# ----------------------------------------------------------------------------------------
+# Tied embeddings (book ch. 3)
+# ----------------------------------------------------------------------------------------
+
+
+def embedding_loss(M: np.ndarray, Sigma: np.ndarray, C: np.ndarray) -> float:
+    """Tied-embedding objective ``tr(M Sigma M^T) - 2 tr(M C^T)`` (the loss minus its constant 1).
+
+    With ``W^V = I`` and head ``E^T``, the prediction is ``E^T E xbar = M xbar`` and the
+    population loss is ``embedding_loss(M, Sigma, C) + 1`` (paper-notes Section 8.7,
+    which prints this quantity without the constant).
+
+    Parameters
+    ----------
+    M : ndarray, shape (D, D)
+        ``E^T E`` (or any candidate value matrix).
+    Sigma, C : ndarray, shape (D, D)
+        From :func:`moments`.
+
+    Returns
+    -------
+    loss : float
+    """
+    return population_loss(M, Sigma, C) - 1.0
+
+
+def _symmetric_optimum(Sigma: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Unconstrained symmetric minimiser: solves ``M Sigma + Sigma M = C + C^T``."""
+    lam, U = np.linalg.eigh(Sigma)
+    R = U.T @ (C + C.T) @ U
+    den = lam[:, None] + lam[None, :]
+    Mt = np.divide(R, den, out=np.zeros_like(R), where=np.abs(den) > _RCOND * max(abs(lam).max(), 1e-300))
+    return U @ Mt @ U.T
+
+
+def _tied_loss_grad(E: np.ndarray, Sigma: np.ndarray, Cs: np.ndarray) -> tuple[float, np.ndarray]:
+    """Loss ``tr(M Sigma M) - 2 tr(M Cs)`` and its gradient ``2 E (Sigma M + M Sigma - 2 Cs)``."""
+    M = E.T @ E  # (D, D)
+    SM = Sigma @ M
+    loss = float(np.sum(SM * M.T) - 2.0 * np.sum(M * Cs))
+    return loss, 2.0 * E @ (SM + SM.T - 2.0 * Cs)
+
+
+def _exact_line_step(E: np.ndarray, P: np.ndarray, Sigma: np.ndarray, Cs: np.ndarray) -> float:
+    """Global minimiser t of the quartic ``f(E + t P)`` (M(t) = M + t M1 + t^2 M2)."""
+    M = E.T @ E
+    M1 = E.T @ P + P.T @ E
+    M2 = P.T @ P
+
+    def ip(X: np.ndarray, Y: np.ndarray) -> float:  # tr(X Sigma Y) for symmetric X, Y
+        return float(np.sum((X @ Sigma) * Y.T))
+
+    c1 = 2 * ip(M1, M) - 2 * np.sum(M1 * Cs)
+    c2 = ip(M1, M1) + 2 * ip(M2, M) - 2 * np.sum(M2 * Cs)
+    c3 = 2 * ip(M1, M2)
+    c4 = ip(M2, M2)
+    roots = np.roots([4 * c4, 3 * c3, 2 * c2, c1])
+    real = roots[np.abs(roots.imag) <= 1e-9 * (1 + np.abs(roots.real))].real
+    if real.size == 0:
+        return 0.0
+    f = ((c4 * real + c3) * real + c2) * real * real + c1 * real
+    return float(real[np.argmin(f)])
+
+
+def _lbfgs_tied(E: np.ndarray, Sigma: np.ndarray, Cs: np.ndarray, steps: int, history: int = 20) -> np.ndarray:
+    """L-BFGS (two-loop recursion) with exact quartic line search; float64, numpy only."""
+    loss, g = _tied_loss_grad(E, Sigma, Cs)
+    g_tol = 1e-13 * max(1.0, float(np.abs(Cs).max()))
+    S_hist: list[np.ndarray] = []
+    Y_hist: list[np.ndarray] = []
+    for _ in range(steps):
+        if float(np.abs(g).max()) < g_tol:
+            break
+        q = g.copy()
+        alphas = []
+        for s_k, y_k in zip(reversed(S_hist), reversed(Y_hist)):
+            rho = 1.0 / np.sum(y_k * s_k)
+            a_k = rho * np.sum(s_k * q)
+            alphas.append((rho, a_k))
+            q -= a_k * y_k
+        if S_hist:
+            q *= np.sum(S_hist[-1] * Y_hist[-1]) / np.sum(Y_hist[-1] * Y_hist[-1])
+        for (s_k, y_k), (rho, a_k) in zip(zip(S_hist, Y_hist), reversed(alphas)):
+            q += (a_k - rho * np.sum(y_k * q)) * s_k
+        P = -q
+        if np.sum(P * g) >= 0:  # not a descent direction: restart from steepest descent
+            S_hist.clear()
+            Y_hist.clear()
+            P = -g
+        t = _exact_line_step(E, P, Sigma, Cs)
+        if t == 0.0:
+            break
+        E_new = E + t * P
+        loss_new, g_new = _tied_loss_grad(E_new, Sigma, Cs)
+        s_k, y_k = E_new - E, g_new - g
+        if np.sum(s_k * y_k) > 1e-300:
+            S_hist.append(s_k)
+            Y_hist.append(y_k)
+            if len(S_hist) > history:
+                S_hist.pop(0)
+                Y_hist.pop(0)
+        if loss_new > loss:  # numerical noise at convergence
+            break
+        E, loss, g = E_new, loss_new, g_new
+    return E
+
+
+def tied_embedding_optimum(
+    Sigma: np.ndarray,
+    C: np.ndarray,
+    d: int,
+    seed: int = 0,
+    steps: int = 3000,
+    restarts: int = 3,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Embedding matrix minimising the tied-embedding loss ``tr(M Sigma M) - 2 tr(M C^T)``, ``M = E^T E``.
+
+    The optimal ``M`` is the Sigma-weighted projection of W* onto the PSD matrices of
+    rank <= d (paper-notes Section 8.7). The problem is non-convex in E for d < D, so
+    this runs L-BFGS (float64, numpy, exact line search: the loss is a quartic
+    polynomial along any line) from ``restarts`` starting points and keeps the best.
+    The first start is the top-d positive part of the unconstrained symmetric optimum
+    (with a tiny seeded jitter), the others are random. The result is a numerical
+    optimum, not a certificate of global optimality for d < D. Deterministic for a
+    given ``seed``; about 0.1 s for D = 21.
+
+    Parameters
+    ----------
+    Sigma, C : ndarray, shape (D, D)
+        Moments from :func:`moments`.
+    d : int
+        Embedding dimension >= 1.
+    seed : int
+        Seed of the random restarts.
+    steps : int
+        Maximum L-BFGS iterations per restart.
+    restarts : int
+        Number of starting points >= 1.
+
+    Returns
+    -------
+    E : ndarray, shape (d, D)
+        Column ``E[:, w]`` is the embedding of token w (the last one is [MASK]).
+    M : ndarray, shape (D, D)
+        The Gram matrix ``E^T E``.
+
+    See Also
+    --------
+    embedding_loss : the objective.
+    Book ch. 3 (embeddings): with d = T, words of the same topic get identical embeddings.
+    """
+    d = check_positive_int("d", d)
+    steps = check_positive_int("steps", steps)
+    restarts = check_positive_int("restarts", restarts)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    S = np.asarray(Sigma, dtype=np.float64)
+    Cn = np.asarray(C, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1]:
+        raise ValueError(f"Sigma must be a square matrix, got shape {S.shape}")
+    if Cn.shape != S.shape:
+        raise ValueError(f"C must have the shape of Sigma {S.shape}, got {Cn.shape}")
+    D = S.shape[0]
+    S = 0.5 * (S + S.T)
+    Cs = 0.5 * (Cn + Cn.T)  # tr(M C^T) = tr(M Cs) for symmetric M
+    rng = np.random.default_rng(int(seed))
+
+    # deterministic start: best PSD rank-d part of the symmetric optimum
+    Msym = _symmetric_optimum(S, Cn)
+    lam, U = np.linalg.eigh(Msym)
+    top = np.argsort(lam)[::-1][: min(d, D)]
+    E0 = (U[:, top] * np.sqrt(np.clip(lam[top], 0.0, None))).T  # (min(d, D), D)
+    if E0.shape[0] < d:
+        E0 = np.vstack([E0, np.zeros((d - E0.shape[0], D))])
+    scale = math.sqrt(max(float(np.trace(Msym)), 1e-12) / (d * D))
+    starts = [E0 + 1e-3 * scale * rng.standard_normal((d, D))]
+    starts += [scale * rng.standard_normal((d, D)) for _ in range(restarts - 1)]
+
+    best_E, best_loss = starts[0], math.inf
+    for E_init in starts:
+        E = _lbfgs_tied(E_init, S, Cs, steps)
+        val = _tied_loss_grad(E, S, Cs)[0]
+        if val < best_loss:
+            best_loss, best_E = val, E
+    return best_E, best_E.T @ best_E
+
+
+# ----------------------------------------------------------------------------------------
+# Stage-2 gradient with respect to the key-query product (book ch. 5)
+# ----------------------------------------------------------------------------------------
+
+
+def empirical_key_query_gradient(
+    value_matrix: np.ndarray,
+    inputs: Any,
+    selected: Any,
+    docs: Any,
+    attend_to_masked: bool = True,
+) -> np.ndarray:
+    """Gradient ``G = dL/dA`` at ``A = 0`` (uniform attention) on a given sample.
+
+    The scores are ``s_ki = x_k^T A x_i`` (key k, query i). Each selected position i
+    with ``n_i >= 1`` attended keys adds ``(2 / n_i) r_i^T W (x_k - xbar_i)`` to
+    ``G[x_k, x_i]`` for every attended key k, where ``r_i = W xbar_i - e_{y_i}``; the
+    total is divided by the number of those positions (paper-notes Sections 8.8, 8.12).
+    Selected positions without a visible key (hidden keys only) enter neither the sum
+    nor the count, as in the loss. Vectorised over documents.
+
+    Parameters
+    ----------
+    value_matrix : ndarray, shape (D, D)
+        W, rows = output token, columns = input token.
+    inputs, selected, docs : arrays or tensors, shape (num_docs, doc_len)
+        Corrupted ids, selection mask, true ids (as in :func:`least_squares_value_matrix`).
+    attend_to_masked : bool
+
+    Returns
+    -------
+    G : ndarray, shape (D, D)
+        Rows = key token, columns = query token. Gradient descent moves A along -G.
+    """
+    W = np.asarray(value_matrix, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] != W.shape[1]:
+        raise ValueError(f"value_matrix must be square (D, D), got shape {W.shape}")
+    D = W.shape[0]
+    x, s, y = _check_sample(inputs, selected, docs, D)
+    n_docs, N = x.shape
+    G = np.zeros(D * D)
+    count = 0
+    step = _chunk_size(N, D)
+    for start in range(0, n_docs, step):
+        xs, ss, ys = x[start:start + step], s[start:start + step], y[start:start + step]
+        att = np.ones_like(ss) if attend_to_masked else ~ss  # (n, N) visible keys
+        n_att = att.sum(axis=1)  # (n,)
+        ok = n_att > 0
+        dq, iq = np.nonzero(ss & ok[:, None])  # (M,) selected query positions
+        if dq.size == 0:
+            continue
+        xbar = _doc_counts(xs, att, D) / np.maximum(n_att, 1)[:, None]  # (n, D)
+        P = xbar @ W.T  # (n, D) predictions W xbar
+        g = P @ W  # (n, D): g[d, u] = P_d^T W[:, u]
+        pp = np.einsum("nd,nd->n", P, P)  # (n,)
+        yq = ys[dq, iq]  # (M,) targets
+        tq = xs[dq, iq]  # (M,) query tokens
+        keys = xs[dq]  # (M, N) key tokens
+        # r_i^T W (e_{x_k} - xbar_i) = g[x_k] - W[y, x_k] - (|P|^2 - P[y])
+        score = g[dq[:, None], keys] - W[yq[:, None], keys] - (pp[dq] - P[dq, yq])[:, None]  # (M, N)
+        weight = (2.0 / n_att[dq])[:, None] * score * att[dq]  # (M, N)
+        G += np.bincount((keys * D + tq[:, None]).ravel(), weights=weight.ravel(), minlength=D * D)
+        count += dq.size
+    if count == 0:
+        raise ValueError("selected has no usable position (none selected, or none with a visible key)")
+    return (G / count).reshape(D, D)
+
+
+def _spawn_seeds(seed: int, n: int) -> list[int]:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(int(seed)).spawn(n)]
+
+
+def key_query_gradient(
+    value_matrix: np.ndarray,
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    doc_len: int,
+    num_docs: int,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    attend_to_masked: bool = True,
+    seed: int = 0,
+) -> np.ndarray:
+    """Monte-Carlo estimate of ``G = dL/dA`` at uniform attention with a fixed value matrix.
+
+    Samples ``num_docs`` documents from :class:`topicmech.data.SimplifiedTopicModel`,
+    corrupts them with :func:`topicmech.data.bert_mask` and applies
+    :func:`empirical_key_query_gradient`. Documents are processed in chunks (each with
+    its own derived seed), so memory stays bounded; 50,000 documents of length 20 take
+    well under a second.
+
+    Parameters
+    ----------
+    value_matrix : ndarray, shape (D, D)
+        Usually :func:`optimal_value_matrix` at the same parameters (stage-1 optimum).
+    num_topics, words_per_topic, topics_per_doc : int
+    doc_len : int
+        N >= 2 (finite).
+    num_docs : int
+    mask_prob, keep_prob, random_prob : float
+    attend_to_masked : bool
+    seed : int
+
+    Returns
+    -------
+    G : ndarray, shape (D, D)
+        Rows = key token, columns = query token.
+
+    See Also
+    --------
+    key_query_gradient_limit : leading-order closed form (hidden keys, N -> inf).
+    Book ch. 5 (attention, stage 2).
+    """
+    from .data import SimplifiedTopicModel, bert_mask
+
+    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked)
+    if math.isinf(p.N):
+        raise ValueError(f"doc_len must be finite for sampling, got {doc_len!r}")
+    n_docs = check_positive_int("num_docs", num_docs)
+    W = np.asarray(value_matrix, dtype=np.float64)
+    if W.shape != (p.D, p.D):
+        raise ValueError(f"value_matrix must have shape {(p.D, p.D)}, got {W.shape}")
+    model = SimplifiedTopicModel(p.T, p.v, p.tau)
+    chunk = 1 << 15
+    n_chunks = -(-n_docs // chunk)
+    seeds = _spawn_seeds(seed, 2 * n_chunks)
+    G = np.zeros((p.D, p.D))
+    total = 0
+    for c in range(n_chunks):
+        n = min(chunk, n_docs - c * chunk)
+        docs = model.sample(n, int(p.N), seed=seeds[2 * c])
+        inputs, selected = bert_mask(docs, p.V, mask_prob=p.p_m, keep_prob=p.p_c, random_prob=p.p_r, seed=seeds[2 * c + 1])
+        sel = _as_numpy(selected, "selected")
+        if attend_to_masked:
+            used = int(sel.sum())
+        else:
+            used = int((sel & (~sel).any(axis=1, keepdims=True)).sum())
+        if used == 0:
+            continue
+        G += used * empirical_key_query_gradient(W, inputs, selected, docs, attend_to_masked)
+        total += used
+    if total == 0:
+        raise ValueError("no selected position with a visible key was sampled; increase num_docs or mask_prob")
+    return G / total
+
+
+def key_query_gradient_limit(
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    keep_prob: float = 0.1,
+) -> dict[str, float]:
+    """Leading-order ``dL/dA`` entries for a word query, hidden keys, N -> inf, W = B / v.
+
+    Only kept queries (probability p_c) carry a topic signal (paper-notes Section 8.8):
+    ``G_same = -2 p_c (tau - 1) / (V tau^2 v^2)`` for a key in the query's topic (the
+    same word included) and ``G_diff = +2 p_c (tau - 1) / (V tau^2 v^2 (T - 1))`` for a
+    key in another topic, so ``G_same / G_diff = -(T - 1)``. Both vanish when
+    ``keep_prob == 0`` or ``topics_per_doc == 1``.
+
+    Returns
+    -------
+    limit : dict
+        Keys ``"same_word"``, ``"same_topic"``, ``"diff_topic"`` and ``"ratio"``
+        (``same_topic / diff_topic = -(T - 1)``, nan when ``num_topics == 1``).
+    """
+    T, v, tau = _check_topics(num_topics, words_per_topic, topics_per_doc)
+    p_c = check_masking(0.0, keep_prob, 0.0)[1]
+    V = T * v
+    g_same = -2.0 * p_c * (tau - 1) / (V * tau**2 * v**2)
+    g_diff = 2.0 * p_c * (tau - 1) / (V * tau**2 * v**2 * (T - 1)) if T > 1 else math.nan
+    return {
+        "same_word": g_same,
+        "same_topic": g_same,
+        "diff_topic": g_diff,
+        "ratio": -(T - 1.0) if T > 1 else math.nan,
+    }

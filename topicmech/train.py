@@ -54,6 +54,7 @@ class History:
 
     def smoothed_loss(self, window: int = 50) -> np.ndarray:
         """Running mean of the logged loss over ``window`` entries, shape ``(len(loss),)``."""
+        window = check_positive_int("window", window)
         x = np.asarray(self.loss, dtype=float)
         if len(x) == 0:
             return x
@@ -82,7 +83,31 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor
     -------
     loss : scalar Tensor
         Mean over selected positions (0 if none is selected).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, mismatched shapes, a ``selected`` that is not boolean
+        (an integer 0/1 mask would index batch rows instead of positions), or targets
+        outside ``[0, D)``.
     """
+    if kind not in ("squared", "cross_entropy"):
+        raise ValueError(f"kind must be 'squared' or 'cross_entropy', got {kind!r}")
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        raise ValueError(f"logits must be a tensor of shape (batch, N, D), got shape {tuple(getattr(logits, 'shape', ()))}")
+    if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool:
+        raise ValueError(f"selected must be a BoolTensor, got dtype {getattr(selected, 'dtype', type(selected).__name__)}")
+    if tuple(selected.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"selected must have shape {tuple(logits.shape[:2])}, got {tuple(selected.shape)}")
+    if (not isinstance(targets, torch.Tensor) or targets.dtype.is_floating_point or targets.dtype.is_complex
+            or targets.dtype == torch.bool):
+        raise ValueError(f"targets must be a LongTensor of token ids, got {getattr(targets, 'dtype', type(targets).__name__)}")
+    if tuple(targets.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"targets must have shape {tuple(logits.shape[:2])}, got {tuple(targets.shape)}")
+    D = logits.shape[-1]
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= D):
+        raise ValueError(f"targets hold ids outside [0, {D}): min {int(targets.min())}, max {int(targets.max())}")
+    targets = targets.long()
     f = logits[selected]                                                        # (n_sel, D)
     y = targets[selected]                                                       # (n_sel,)
     if f.shape[0] == 0:
@@ -90,9 +115,7 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor
     if kind == "squared":
         # ||f - e_y||^2 = ||f||^2 - 2 f_y + 1
         return (f.pow(2).sum(-1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).mean()
-    if kind == "cross_entropy":
-        return F.cross_entropy(f, y)
-    raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {kind!r}")
+    return F.cross_entropy(f, y)
 
 
 def make_optimizer(params: list[nn.Parameter], optimizer: str, lr: float) -> torch.optim.Optimizer:
@@ -182,12 +205,19 @@ def train(
     check_masking(mask_prob, keep_prob, random_prob)
     if loss not in ("squared", "cross_entropy"):
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if lr is None:
         lr = {"sgd": 1.0, "adam": 1e-2}.get(optimizer, 0.0)
-    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
         raise ValueError(f"lr must be a positive float, got {lr!r}")
-    if not (isinstance(l2, (int, float)) and l2 >= 0 and math.isfinite(l2)):
+    if isinstance(l2, bool) or not (isinstance(l2, (int, float)) and l2 >= 0 and math.isfinite(l2)):
         raise ValueError(f"l2 must be a float >= 0, got {l2!r}")
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "num_tokens", None), int):
+        raise ValueError(f"model must be a OneLayerTransformer or TwoLayerTransformer, got {type(model).__name__}")
+    if probes is not None and (not isinstance(probes, Mapping)
+                               or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
+        raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
     vocab_size = model.num_tokens - 1
     if isinstance(data, TopicModel):
         if doc_len is None:
@@ -197,6 +227,8 @@ def train(
             raise ValueError(f"model has num_tokens={model.num_tokens} but the topic model has {data.num_tokens}")
     else:
         data = check_docs(data, vocab_size, name="data")
+        if data.shape[0] == 0 or data.shape[1] == 0:
+            raise ValueError(f"data must hold at least one document of at least one token, got shape {tuple(data.shape)}")
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (everything is frozen)")

@@ -71,8 +71,8 @@ def seed_everything(seed: int, *, deterministic: bool = True) -> None:
     deterministic : bool
         Also call ``torch.use_deterministic_algorithms(True, warn_only=True)``.
     """
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
     random.seed(int(seed))
     np.random.seed(int(seed) % 2**32)
     torch.manual_seed(int(seed))
@@ -88,8 +88,8 @@ def make_generator(seed: int | torch.Generator) -> torch.Generator:
     """
     if isinstance(seed, torch.Generator):
         return seed
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int or a torch.Generator, got {seed!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64) or a torch.Generator, got {seed!r}")
     gen = torch.Generator()
     gen.manual_seed(int(seed))
     return gen
@@ -113,8 +113,7 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
     mode : {"quick", "full"}
         The run mode, so a chapter can print it.
     """
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads!r}")
+    threads = check_positive_int("threads", threads)
     torch.set_num_threads(threads)
     seed_everything(seed)
     from . import plotting  # local import: plotting pulls in matplotlib
@@ -132,6 +131,8 @@ def check_positive_int(name: str, value: object) -> int:
 
 def check_probability(name: str, value: object) -> float:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is a float in [0, 1]."""
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
     try:
         p = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -1,0 +1,112 @@
+"""Export the book's chapters (MyST-Markdown notebooks) to classic ``.ipynb`` files.
+
+Usage::
+
+    python scripts/make_notebooks.py --out _build/notebooks
+    python scripts/make_notebooks.py --out _build/students --strip-solutions
+
+With ``--strip-solutions`` every gated solution (``{solution-start}`` ... ``{solution-end}``,
+including the code cells between the gates) is replaced by a one-line note, giving a
+students' edition. The chapter list comes from the book folder: every ``book/*.md`` with a
+jupytext header, except files whose name starts with ``_``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}", re.M)
+END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}\s*\n\1\s*$", re.M)
+NOTE = "*Solution removed in the students' edition.*"
+
+
+def chapter_sources(book: Path) -> list[Path]:
+    """MyST-Markdown notebooks in ``book`` (files with a kernelspec header), sorted."""
+    out = []
+    for path in sorted(book.glob("*.md")):
+        head = path.read_text(encoding="utf-8")[:600]
+        if not path.name.startswith("_") and head.startswith("---") and "kernelspec" in head:
+            out.append(path)
+    return out
+
+
+def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, int]:
+    """Remove gated solutions; return the new notebook and the number removed.
+
+    Raises
+    ------
+    ValueError
+        If a ``{solution-start}`` gate has no matching ``{solution-end}``.
+    """
+    cells, inside, removed = [], False, 0
+    for cell in nb.cells:
+        if inside:
+            if cell.cell_type == "markdown" and "{solution-end}" in cell.source:
+                inside = False
+                m = END.search(cell.source)
+                rest = cell.source[m.end():] if m else cell.source.split("{solution-end}", 1)[1]
+                rest = rest.lstrip("\n`:")
+                if rest.strip():
+                    cell.source = rest
+                    cells.append(cell)
+            continue
+        if cell.cell_type == "markdown" and START.search(cell.source):
+            m = START.search(cell.source)
+            before = cell.source[: m.start()]
+            removed += 1
+            if "{solution-end}" in cell.source[m.start():]:
+                # the whole solution sits inside this markdown cell
+                after = cell.source[m.start():]
+                end = END.search(after)
+                tail = after[end.end():] if end else ""
+                cell.source = before + NOTE + "\n" + tail
+                cells.append(cell)
+                continue
+            cell.source = before + NOTE
+            cells.append(cell)
+            inside = True
+            continue
+        cells.append(cell)
+    if inside:
+        raise ValueError("a {solution-start} gate has no matching {solution-end}")
+    nb.cells = cells
+    return nb, removed
+
+
+def export(out: Path, strip: bool, book: Path = ROOT / "book") -> list[Path]:
+    """Write one ``.ipynb`` per chapter into ``out``; return the written paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for src in chapter_sources(book):
+        nb = jupytext.read(src)
+        if strip:
+            nb, n = strip_solutions(nb)
+            print(f"{src.name}: removed {n} solution(s)")
+        nb.metadata.pop("jupytext", None)
+        nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+        dest = out / (src.stem + ".ipynb")
+        nbformat.validate(nb)
+        nbformat.write(nb, dest)
+        written.append(dest)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--strip-solutions", action="store_true", help="students' edition")
+    args = parser.parse_args(argv)
+    paths = export(args.out, args.strip_solutions)
+    print(f"wrote {len(paths)} notebooks to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

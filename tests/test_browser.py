@@ -1,0 +1,161 @@
+"""Open every page of the built book in headless Chromium and check that it really renders.
+
+Checks, per page: math is typeset by the bundled (offline) MathJax and no raw LaTeX is left
+in the text; every image has loaded; theorem and exercise blocks written in the source are
+present in the page; every internal link points to an existing page and anchor.
+
+Needs the built book (``make book``) and Debian's ``chromium``. The test skips when either
+is missing, unless ``TOPICMECH_REQUIRE_BROWSER=1`` (set by CI), which turns the skip into a
+failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+REQUIRED = os.environ.get("TOPICMECH_REQUIRE_BROWSER") == "1"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _skip_or_fail(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _pages() -> list[Path]:
+    if not HTML.is_dir():
+        return []
+    return sorted(p for p in HTML.rglob("*.html") if "_static" not in p.parts and p.name not in ("search.html", "genindex.html"))
+
+
+class _Links(HTMLParser):
+    """Collect ``href`` targets and element ids of one page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        d = dict(attrs)
+        if d.get("id"):
+            self.ids.add(d["id"])
+        if tag == "a" and d.get("href"):
+            self.hrefs.append(d["href"])
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path) -> _Links:
+    p = _Links()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def broken_internal_links(page: Path, root: Path = HTML) -> list[str]:
+    """Internal links of ``page`` whose target file or anchor does not exist."""
+    broken = []
+    for href in _parse(page).hrefs:
+        url = urlparse(href)
+        if url.scheme or href.startswith(("mailto:", "javascript:", "//")):
+            continue
+        target_path, anchor = urldefrag(href)
+        target = (page.parent / unquote(target_path)).resolve() if target_path else page
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.exists():
+            broken.append(f"{href} (no file)")
+            continue
+        if anchor and target.suffix == ".html" and anchor not in _parse(target).ids:
+            broken.append(f"{href} (no anchor)")
+    return broken
+
+
+def _source_of(page: Path) -> Path | None:
+    rel = page.relative_to(HTML).with_suffix(".md")
+    src = ROOT / rel
+    return src if src.exists() else None
+
+
+def test_book_is_built() -> None:
+    if not _pages():
+        _skip_or_fail("no built book in _build/html: run `make book` first")
+    assert (HTML / "book" / "intro.html").exists()
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(HTML)))
+def test_internal_links(page: Path) -> None:
+    assert broken_internal_links(page) == []
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        _skip_or_fail("chromium is not installed (apt-get install chromium)")
+    if not _pages():
+        _skip_or_fail("no built book in _build/html: run `make book` first")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        yield b, f"http://127.0.0.1:{server.server_address[1]}"
+        b.close()
+    server.shutdown()
+
+
+RAW_TEX = re.compile(r"\\(frac|mathbb|sum|top|alpha|beta|gamma|lambda|Sigma|tau|left|right|begin)\b|\$\$")
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(HTML)))
+def test_page_renders(browser, page: Path) -> None:
+    b, base = browser
+    ctx = b.new_context()
+    # Nothing may leave the machine: block every request that is not to our server.
+    ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+    tab = ctx.new_page()
+    tab.goto(f"{base}/{page.relative_to(HTML).as_posix()}", wait_until="load")
+    html_source = page.read_text(encoding="utf-8")
+    has_math = 'class="math' in html_source
+    if has_math:
+        tab.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
+        tab.evaluate("() => MathJax.startup.promise")
+        assert tab.locator("mjx-container").count() > 0, "math present but not typeset"
+        assert tab.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
+    text = tab.locator("main").inner_text()
+    assert not RAW_TEX.search(text), f"raw LaTeX left on the page: {RAW_TEX.search(text).group(0)!r}"
+    broken = tab.evaluate(
+        "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+    )
+    assert broken == [], f"images that did not load: {broken}"
+    src = _source_of(page)
+    if src is not None:
+        source = src.read_text(encoding="utf-8")
+        if "{prf:theorem}" in source:
+            assert tab.locator("div.theorem").count() >= source.count("{prf:theorem}")
+        if "{exercise}" in source:
+            assert tab.locator("div.exercise").count() >= source.count("{exercise}")
+        if "{solution-start}" in source:
+            assert tab.locator("div.solution").count() >= source.count("{solution-start}")
+        figures = source.count("name: fig-")
+        assert tab.locator("figure").count() + tab.locator("div.figure").count() >= figures
+    ctx.close()
