@@ -2,7 +2,7 @@
 #   make book       install everything, build the HTML book (executes every chapter)
 #   make test       install everything, run unit tests and every chapter through nbval
 #   make test-fast  unit tests only (no notebooks, no slow multi-seed checks)
-#   make notebooks  write .ipynb versions of the chapters to _build/notebooks
+#   make notebooks  regenerate notebooks/*.ipynb from book/*.md (committed, for Colab)
 #   make students   students' edition: notebooks with exercise solutions removed
 #   make bench      run the benchmarks and print their tables
 #   make clean      remove build outputs (keeps .venv)
@@ -34,6 +34,7 @@ install: $(STAMP)
 book: $(STAMP)
 	rm -rf _build/.jupyter_cache _build/html
 	$(BIN)/jupyter-book build . -W --keep-going
+	$(BIN)/python scripts/make_notebooks.py --out _build/html/notebooks
 	@echo "Book written to _build/html/index.html"
 
 test: $(STAMP)
@@ -46,7 +47,7 @@ test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest book --nbval-lax -n 2 --dist loadfile --durations=15
 
 notebooks: $(STAMP)
-	$(BIN)/python scripts/make_notebooks.py --out _build/notebooks
+	$(BIN)/python scripts/make_notebooks.py --out notebooks
 
 students: $(STAMP)
 	$(BIN)/python scripts/make_notebooks.py --out _build/students --strip-solutions

@@ -366,7 +366,7 @@ def test_least_squares_p0_matches_exact(attend):
     assert np.linalg.norm(W_mc - W) / np.linalg.norm(W) < 0.065
     mc, ex = th.orbit_means(W_mc, 5, 4), th.orbit_means(W, 5, 4)
     for name in ("diag", "same_topic", "diff_topic", "mask_col"):
-        assert getattr(mc, name) == pytest.approx(getattr(ex, name), abs=4e-3), name
+        assert getattr(mc, name) == pytest.approx(getattr(ex, name), abs=4e-3), name  # 10-seed max 1.9e-3
     assert np.all(W_mc[-1] == 0.0)
     if not attend:
         assert np.all(W_mc[:, -1] == 0.0)
@@ -385,7 +385,7 @@ def test_least_squares_second_parameter_set(attend, sampler):
     assert np.linalg.norm(W_mc - W) / np.linalg.norm(W) < 0.055
     mc, ex = th.orbit_means(W_mc, 4, 3), th.orbit_means(W, 4, 3)
     for name in ("diag", "same_topic", "diff_topic", "mask_col", "topic_eigenvalue"):
-        assert getattr(mc, name) == pytest.approx(getattr(ex, name), abs=6e-3), name
+        assert getattr(mc, name) == pytest.approx(getattr(ex, name), abs=8e-3), name  # 10-seed max 4.3e-3
 
 
 def test_least_squares_ridge_and_rank_deficiency():

@@ -218,10 +218,20 @@ class LDATopicModel(TopicModel):
         # Dirichlet via normalised Gamma draws; torch's Gamma sampler takes no generator,
         # so draw the Gammas with NumPy seeded from the torch generator.
         np_rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
-        g = np_rng.gamma(self.alpha, size=(num_docs, self.num_topics))
-        g = np.maximum(g, np.finfo(np.float64).tiny)  # tiny alpha can underflow to 0
-        theta = torch.from_numpy(g / g.sum(axis=1, keepdims=True)).float()     # (num_docs, T)
-        return theta
+        size = (num_docs, self.num_topics)
+        if self.alpha >= 0.05:
+            g = np_rng.gamma(self.alpha, size=size)                             # (num_docs, T)
+            g = np.maximum(g, np.finfo(np.float64).tiny)  # guard 0/0; underflow here has prob < 1e-15
+            theta = g / g.sum(axis=1, keepdims=True)
+        else:
+            # Below alpha ~ 0.01 whole rows of Gamma(alpha) draws underflow to 0, and clamping
+            # them made theta *uniform*. Work in log space instead, with the exact identity
+            # Gamma(a) = Gamma(a + 1) * U**(1/a) for U ~ Uniform(0, 1].
+            log_g = np.log(np_rng.gamma(self.alpha + 1.0, size=size)) + np.log1p(-np_rng.random(size)) / self.alpha
+            log_g -= log_g.max(axis=1, keepdims=True)
+            theta = np.exp(log_g)
+            theta /= theta.sum(axis=1, keepdims=True)
+        return torch.from_numpy(theta).float()                                 # (num_docs, T)
 
     def expected_topic_cooccurrence(self) -> np.ndarray:
         T, a = self.num_topics, self.alpha

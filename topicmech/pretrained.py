@@ -954,8 +954,9 @@ class PairStats:
 
     @property
     def ratio(self) -> float:
-        """``same_topic / diff_topic``."""
-        return self.same_topic / self.diff_topic
+        """``same_topic / diff_topic`` (inf or nan when ``diff_topic`` is 0)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.float64(self.same_topic) / np.float64(self.diff_topic))
 
 
 @dataclass(frozen=True)
@@ -1284,17 +1285,29 @@ def pool_attention(pattern: torch.Tensor, word_index: np.ndarray | torch.Tensor,
     return query @ pattern @ key                                               # (..., W, W)
 
 
-def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics) -> dict[str, np.ndarray]:
+def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, min_distance: int = 0) -> dict[str, np.ndarray]:
     """Masks of word pairs ``(query, key)`` in one passage, by relation.
 
     Only pairs where both words have a topic are classified: ``self`` (the same
     position), ``same_word`` (another position with the same word), ``same_topic``
     (different words whose topic sets intersect) and ``diff_topic`` (disjoint topic sets).
 
+    Parameters
+    ----------
+    words : sequence of str, length W
+        The passage's whole words, in order.
+    word_topics : WordTopics
+    min_distance : int
+        If positive, pairs of positions fewer than ``min_distance`` words apart are left
+        out of ``same_word``, ``same_topic`` and ``diff_topic`` (a control for attention
+        to nearby words).
+
     Returns
     -------
     masks : dict of str to bool array, shape (W, W)
     """
+    if isinstance(min_distance, bool) or not isinstance(min_distance, (int, np.integer)) or min_distance < 0:
+        raise ValueError(f"min_distance must be a non-negative int, got {min_distance!r}")
     W = len(words)
     M = word_topics.membership(words)                                  # (W, T)
     has = M.any(axis=1)
@@ -1303,11 +1316,13 @@ def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics) -> d
     same_str = arr[:, None] == arr[None, :]
     eye = np.eye(W, dtype=bool)
     share = (M.astype(np.int32) @ M.T.astype(np.int32)) > 0
+    pos = np.arange(W)
+    far = np.abs(pos[:, None] - pos[None, :]) >= min_distance
     return {
         "self": both & eye,
-        "same_word": both & same_str & ~eye,
-        "same_topic": both & share & ~same_str,
-        "diff_topic": both & ~share,
+        "same_word": both & same_str & ~eye & far,
+        "same_topic": both & share & ~same_str & far,
+        "diff_topic": both & ~share & far,
     }
 
 
@@ -1484,6 +1499,7 @@ def attention_stats(
     chunks_per_doc: int | None = 2,
     max_docs: int | None = None,
     pieces: PieceMode = "sum",
+    min_distance: int = 0,
     batch_size: int = 16,
     n_boot: int = 10000,
     level: float = 0.95,
@@ -1515,6 +1531,9 @@ def attention_stats(
         Documents drawn at random (None: all).
     pieces : {"sum", "first"}
         How multi-piece words are pooled (see :func:`pool_attention`).
+    min_distance : int
+        Leave out pairs fewer than this many words apart (see
+        :func:`relation_masks_for_words`); 0 keeps all pairs.
     batch_size : int
     n_boot, level, seed
         Bootstrap settings; ``seed`` also draws the passages.
@@ -1566,7 +1585,7 @@ def attention_stats(
             sums = np.zeros((len(docs), 4) + tuple(att.shape[1:3]))
         for i, (d, c) in enumerate(batch):
             n = c.num_pieces
-            masks = relation_masks_for_words(c.words, word_topics)
+            masks = relation_masks_for_words(c.words, word_topics, min_distance=min_distance)
             if not any(m.any() for m in masks.values()):
                 continue
             wp = pool_attention(att[i, :, :, :n, :n], c.word_index, pieces=pieces) * n   # (L, H, W, W)

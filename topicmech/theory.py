@@ -25,18 +25,13 @@ Map of the module
 
 Notation (shared with the book's notation page)
 -----------------------------------------------
-========================  ==================================  ==================
-symbol                    code name                           shape / type
-========================  ==================================  ==================
-T, v, V = T v             ``num_topics``, ``words_per_topic``  int
-D = V + 1                 ``num_tokens`` ([MASK] has id V)     int
-tau, N                    ``topics_per_doc``, ``doc_len``      int (N may be inf)
-p_m, p_c, p_r             ``mask_prob``, ``keep_prob``,        float
-                          ``random_prob``
-p_[M] = 1 - p_c - p_r     ([MASK] share of selected tokens)    float
-Sigma, C, W*              ``Sigma``, ``C``, ``W``              (D, D)
-A, dL/dA                  ``A``, ``G``                         (D, D)
-========================  ==================================  ==================
+* ``T, v, V = T v``: ``num_topics``, ``words_per_topic``, ``vocab_size`` (int).
+* ``D = V + 1``: ``num_tokens``; ``[MASK]`` has id ``V``.
+* ``tau, N``: ``topics_per_doc``, ``doc_len`` (int; ``N`` may be ``math.inf``).
+* ``p_m, p_c, p_r``: ``mask_prob``, ``keep_prob``, ``random_prob``; the ``[MASK]`` share of
+  selected tokens is ``p_[M] = 1 - p_c - p_r``.
+* ``Sigma, C, W*``: ``Sigma``, ``C``, ``W``, each of shape ``(D, D)``.
+* ``A, dL/dA``: ``A``, ``G``, each of shape ``(D, D)``.
 
 Conventions
 -----------
@@ -383,6 +378,11 @@ def optimal_value_matrix(
     When Sigma is singular and ``l2 == 0`` (``doc_len=math.inf``) the minimum-norm
     solution ``C Sigma^+`` is returned (what gradient descent from 0 converges to).
 
+    At finite N with ``l2 == 0``, every column of W* sums to 1 over the word rows:
+    ``1^T y = 1 = 1^T xbar``, so ``1^T`` is an exact linear predictor of ``1^T y`` and,
+    Sigma being invertible, ``1^T W* = 1^T``. In particular the [MASK] column is exactly
+    ``1/V`` with visible keys (paper-notes Section 8.4 observed this numerically).
+
     Parameters
     ----------
     num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked
@@ -540,7 +540,8 @@ class ValueBlocks:
     diff_topic : float
         gamma, W[a, b] for a, b in different topics (nan when num_topics == 1).
     mask_col : float
-        mu, W[w, MASK] (0 under ``attend_to_masked=False`` by convention).
+        mu, W[w, MASK]: 1/V at finite N with visible keys and ``l2 == 0`` (columns of W*
+        sum to 1); 0 under ``attend_to_masked=False`` by convention.
     topic_eigenvalue : float
         Eigenvalue on topic-contrast vectors, ``(alpha - beta) + v (beta - gamma)``
         (nan when num_topics == 1).

