@@ -60,7 +60,7 @@ def test_loss_counts_only_selected_positions(kind):
     assert torch.equal(mlm_loss(changed, other_targets, selected, kind), base)
     # ... while a change at one selected position does change it
     changed = logits.clone()
-    changed[0, 0] += 1.0
+    changed[0, 0, 0] += 1.0          # one coordinate (a shift of all D would leave cross-entropy unchanged)
     assert mlm_loss(changed, targets, selected, kind) != base
     # and the gradient is zero at every unselected position
     leaf = logits.clone().requires_grad_(True)
@@ -74,7 +74,7 @@ def test_loss_with_nothing_selected_is_zero(kind):
     logits, targets, _ = random_case(3)
     leaf = logits.clone().requires_grad_(True)
     value = mlm_loss(leaf, targets, torch.zeros(targets.shape, dtype=torch.bool), kind)
-    assert float(value) == 0.0
+    assert float(value.detach()) == 0.0
     value.backward()
     assert torch.all(leaf.grad == 0)
 
@@ -115,11 +115,11 @@ def test_l2_penalty_gradient_matches_manual_computation():
 def test_l2_penalty_shrinks_weights():
     kwargs = dict(value="learned", init_scale=1.0, seed=0)
     plain, ridge = OneLayerTransformer(D, **kwargs), OneLayerTransformer(D, **kwargs)
-    start = float(plain.W_V.norm())
+    start = float(plain.W_V.detach().norm())
     train(plain, TM, steps=20, batch_size=16, doc_len=10, lr=0.05, l2=0.0, seed=0)
     train(ridge, TM, steps=20, batch_size=16, doc_len=10, lr=0.05, l2=1.0, seed=0)
-    assert float(ridge.W_V.norm()) < 0.9 * float(plain.W_V.norm())
-    assert float(ridge.W_V.norm()) < 0.9 * start
+    assert float(ridge.W_V.detach().norm()) < 0.9 * float(plain.W_V.detach().norm())
+    assert float(ridge.W_V.detach().norm()) < 0.9 * start
 
 
 def test_l2_only_penalises_trained_matrices():
@@ -183,10 +183,13 @@ def test_masking_probabilities_are_passed_through(recorded_masks):
 
 
 def test_history_records_probes_at_start_and_end():
+    """Regression: a probe returning a parameter was stored as a NumPy view of the weights, so
+    every recorded entry showed the final weights."""
     model = OneLayerTransformer(D, init_scale=0.1, seed=0)
     W0 = model.W_V.detach().clone()
     history = train(model, TM, steps=7, batch_size=4, doc_len=10, seed=0,
-                    probes={"W_V": lambda m: m.W_V, "norm": lambda m: float(m.W_V.norm())}, probe_every=3)
+                    probes={"W_V": lambda m: m.W_V, "W_V_np": lambda m: m.W_V.detach().numpy(),
+                            "norm": lambda m: float(m.W_V.norm())}, probe_every=3)
     assert history.step == list(range(1, 8))
     assert len(history.loss) == 7 and all(np.isfinite(history.loss))
     assert history.probe_step == [0, 3, 6, 7]
@@ -194,6 +197,8 @@ def test_history_records_probes_at_start_and_end():
     assert isinstance(W, np.ndarray) and W.shape == (4, D, D)
     np.testing.assert_array_equal(W[0], W0.numpy())
     np.testing.assert_array_equal(W[-1], model.W_V.detach().numpy())
+    assert not np.array_equal(W[0], W[-1])
+    np.testing.assert_array_equal(history.probe("W_V_np"), W)
     assert history.probe("norm").shape == (4,)
     assert history.probe("norm")[0] == pytest.approx(float(W0.norm()))
     with pytest.raises(ValueError, match="nope"):

@@ -308,7 +308,10 @@ def load_model(path: str | os.PathLike) -> nn.Module:
                                               for k, v in state.items()):
         raise ValueError(f"path {str(pt_path)!r} must hold a dict of tensors")
     spec = meta["model"]
-    model = _MODELS[spec["class"]](**spec["kwargs"])
+    try:
+        model = _MODELS[spec["class"]](**spec["kwargs"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"path {str(json_path)!r} describes a {spec['class']} that cannot be built: {err}") from None
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:

@@ -60,8 +60,8 @@ __all__ = [
     "model_device",
 ]
 
-# Elements per chunk of (steps, batch, N) buffers: about 4 MB per int64 buffer.
-_CHUNK_BUDGET = 1 << 19
+# Elements per chunk of (steps, batch, N) buffers: 2 MB per int64 buffer.
+_CHUNK_BUDGET = 1 << 18
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -136,7 +136,8 @@ def sample_variable_length(
 
     Each document is drawn at length ``max_len`` and cut to its length. Tokens are i.i.d.
     given the document's topic proportions, so the first ``L`` tokens of a document of
-    length ``max_len`` are exactly a document of length ``L``.
+    length ``max_len`` are exactly a document of length ``L``. Documents are drawn in
+    blocks of a few thousand, so temporary memory stays small.
 
     Parameters
     ----------
@@ -164,7 +165,11 @@ def sample_variable_length(
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)) or not 0 <= pad_id < topic_model.num_tokens:
         raise ValueError(f"pad_id must be a token id in [0, {topic_model.num_tokens}), got {pad_id!r}")
     gen = make_generator(seed)
-    docs = topic_model.sample(num_docs, max_len, gen)                                # (num_docs, max_len)
+    docs = torch.empty(num_docs, max_len, dtype=torch.long)                         # (num_docs, max_len)
+    block = max(1, (1 << 16) // max_len)  # draw in blocks: bounded temporary memory
+    for start in range(0, num_docs, block):
+        stop = min(num_docs, start + block)
+        docs[start:stop] = topic_model.sample(stop - start, max_len, gen)
     lengths = torch.randint(min_len, max_len + 1, (num_docs,), generator=gen)       # (num_docs,)
     docs[torch.arange(max_len)[None, :] >= lengths[:, None]] = int(pad_id)
     return docs, lengths

@@ -272,7 +272,7 @@ class OneLayerTransformer(nn.Module):
         q = h @ self.W_Q.T                                                        # (B, N, d)
         k = h @ self.W_K.T                                                        # (B, N, d)
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape)  # (B, key)
+        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
         any_key = visible.any(dim=1)                                              # (B,)
         pattern = torch.softmax(scores.masked_fill(~any_key[:, None, None], 0.0), dim=-1)
@@ -293,7 +293,7 @@ class OneLayerTransformer(nn.Module):
         inputs = self._check_inputs(inputs)
         B, N = inputs.shape
         dtype = self.W_E.dtype
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(dtype)  # (B, N)
+        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device, dtype)  # (B, N)
         counts = torch.zeros(B, self.num_tokens, dtype=dtype, device=inputs.device)
         counts.scatter_add_(1, inputs, visible)                                          # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
@@ -369,7 +369,7 @@ class TwoLayerTransformer(nn.Module):
         H, dh = self.num_heads, self.d_model // self.num_heads
         x = self.W_E.T[inputs]                                                    # (B, N, d)
         cache: dict[str, torch.Tensor] = {"embed": x}
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape)  # (B, key)
+        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
         for layer in range(self.num_layers):
             q, k, v = (x @ W.T for W in self.W_QKV[layer])                        # 3 x (B, N, d)
             q, k, v = (t.view(B, N, H, dh).transpose(1, 2) for t in (q, k, v))   # (B, H, N, dh)

@@ -54,6 +54,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
@@ -660,9 +661,11 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> "PreTrainedTokenize
         If it is not a model folder, or its tokenizer is not a fast one (``word_ids()`` is
         needed to align pieces with words).
     """
-    from transformers import AutoTokenizer
-
     p = _check_model_dir(path)
+    with warnings.catch_warnings():  # tqdm's "IProgress not found" in notebooks without ipywidgets
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"the tokenizer in {str(p)!r} is not a fast tokenizer; word alignment needs word_ids()")
@@ -691,10 +694,10 @@ def load_encoder(path: str | os.PathLike | None = None) -> tuple["PreTrainedToke
     ValueError
         If it is not a model folder or has no fast tokenizer.
     """
+    tok = load_tokenizer(path)
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    tok = load_tokenizer(path)
     p = _check_model_dir(path)
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -1676,7 +1679,8 @@ def plot_attention_gap(stats: AttentionStats, *, ax: "plt.Axes | None" = None, t
     """Layer-by-head heatmap of ``same_topic - diff_topic`` attention.
 
     Cells marked ``+`` (``-``) have a Bonferroni-corrected interval (level
-    ``1 - alpha / (L H)``) above (below) zero.
+    ``1 - alpha / (L H)``) above (below) zero. ``vmax`` fixes the colour scale (default:
+    the largest absolute gap), so that two heatmaps can share it.
     """
     import matplotlib.pyplot as plt
 
@@ -1688,7 +1692,9 @@ def plot_attention_gap(stats: AttentionStats, *, ax: "plt.Axes | None" = None, t
     sig = stats.significant(alpha)
     for (l, h), s in np.ndenumerate(sig):
         if s:
-            ax.text(h, l, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9, color="black")
+            dark = abs(g[l, h]) > 0.6 * v
+            ax.text(h, l, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
+                    color="white" if dark else "black")
     L, H = g.shape
     ax.set_xticks(range(H))
     ax.set_yticks(range(L))

@@ -132,8 +132,12 @@ def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], ste
     with torch.no_grad():
         for name, fn in probes.items():
             value = fn(model)
+            # copy: a probe that returns a parameter (or a view of one) would otherwise record
+            # an array sharing memory with the weights, and every entry would show the final value
             if isinstance(value, torch.Tensor):
-                value = value.detach().cpu().numpy()
+                value = value.detach().cpu().clone().numpy()
+            elif isinstance(value, np.ndarray):
+                value = value.copy()
             history.probes.setdefault(name, []).append(value)
 
 
@@ -236,6 +240,8 @@ def train(
     probes = dict(probes or {})
     probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
     gen = make_generator(seed)
+    device = next(iter(params)).device
+    on_device = device.type != "cpu"
     history = History()
     _record(history, model, probes, 0)
 
@@ -250,12 +256,14 @@ def train(
         else:
             docs = data[torch.randint(len(data), (batch_size,), generator=gen)]  # (B, N)
         inputs, selected = bert_mask(docs, vocab_size, mask_prob, keep_prob, random_prob, gen)
+        if on_device:  # data and masks are drawn on the CPU (one random stream on every device)
+            docs, inputs, selected = (t.to(device, non_blocking=True) for t in (docs, inputs, selected))
         logits = model(inputs, selected)                                        # (B, N, D)
         value = mlm_loss(logits, docs, selected, loss)
         total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
         if not torch.isfinite(total):
             raise FloatingPointError(
-                f"non-finite loss {float(total)} at step {step}; lower the learning rate (lr={lr})"
+                f"non-finite loss {float(total.detach())} at step {step}; lower the learning rate (lr={lr})"
             )
         opt.zero_grad(set_to_none=True)
         total.backward()

@@ -116,10 +116,22 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
     threads = check_positive_int("threads", threads)
     torch.set_num_threads(threads)
     seed_everything(seed)
+    _inline_figures()
     from . import plotting  # local import: plotting pulls in matplotlib
 
     plotting.set_style()
     return run_mode()
+
+
+def _inline_figures() -> None:
+    """Inside a Jupyter kernel, draw figures inline even if ``MPLBACKEND=Agg`` is set."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython ships with the book's requirements
+        return
+    shell = get_ipython()
+    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
+        shell.run_line_magic("matplotlib", "inline")
 
 
 def check_positive_int(name: str, value: object) -> int:

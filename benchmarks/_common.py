@@ -1,0 +1,141 @@
+"""Shared helpers for the benchmark scripts: machine description, timing, tables, JSON.
+
+Every script in this folder measures something, prints a table (median, min and max
+over several runs) and writes its results to ``benchmarks/results/<name>.json``; the
+book's performance page reads those files and never reruns a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+
+# Reference: the authors' released code on the demonstration setting (issue 7).
+REFERENCE_WALL_S = 224.0
+REFERENCE_PEAK_MIB = 600.0
+TARGET_WALL_S = 7.0
+TARGET_PEAK_MIB = 300.0
+
+
+def load_average() -> list[float]:
+    """1, 5 and 15-minute load averages (``uptime``)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return [float("nan")] * 3
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine(threads: int | None = None) -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import numpy as np
+    import torch
+
+    try:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        uptime = ""
+    info = {
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_threads": threads if threads is not None else torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "mode": os.environ.get("TOPICMECH_MODE", "quick"),
+        "load_average": load_average(),
+        "uptime": uptime,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    return info
+
+
+def describe(info: dict[str, Any]) -> str:
+    return (f"{info['cpu_model']}, {info['usable_cores']} cores, Python {info['python']}, torch {info['torch']}, "
+            f"numpy {info['numpy']}, mode {info['mode']}" + (f", GPU {info['cuda']}" if info.get("cuda") else "")
+            + f"\nload average (1/5/15 min): {info['load_average']}")
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, min, max and the raw values."""
+    vals = [float(v) for v in values]
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "runs": vals}
+
+
+def repeat(fn: Callable[[], Any], runs: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+    """Time ``fn`` ``runs`` times after ``warmup`` calls: wall and CPU (process) seconds."""
+    for _ in range(warmup):
+        fn()
+    wall, cpu = [], []
+    for _ in range(runs):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return {"wall_s": summary(wall), "cpu_s": summary(cpu)}
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    if x != x:  # nan
+        return "nan"
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if a >= 1e5 or a < 1e-3:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{max(0, digits - 1 - int(__import__('math').floor(__import__('math').log10(a))))}f}"
+
+
+def table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain-text table with right-aligned columns."""
+    rows = [[c if isinstance(c, str) else fmt(c) for c in r] for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h)) for i, h in enumerate(header)]
+    line = "  ".join(str(h).rjust(w) for h, w in zip(header, widths))
+    out = [line, "-" * len(line)]
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def write_results(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    return path
+
+
+def run_worker(script: Path, args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 1800) -> dict[str, Any]:
+    """Run ``script --worker args`` in a fresh Python process; it prints one JSON line last."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PYTHONPATH", str(ROOT))
+    proc = subprocess.run([sys.executable, str(script), "--worker", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=str(ROOT))
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {script.name} {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def threads_env(threads: int) -> dict[str, str]:
+    """Environment for a worker with a given thread count (OpenMP and MKL agree with torch)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOPICMECH_THREADS": str(threads)}

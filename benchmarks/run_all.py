@@ -1,0 +1,69 @@
+"""Run every benchmark, print their tables, and write ``benchmarks/results/*.json``.
+
+    python benchmarks/run_all.py            # all benchmarks, default repetitions (about 10-20 min on 2 busy cores)
+    python benchmarks/run_all.py --quick    # fewer repetitions (a few minutes)
+    python benchmarks/run_all.py --only demo data
+
+``make bench`` calls this script. Each benchmark runs in its own Python process. The
+demonstration-setting benchmark runs once more at the end (``demo_rerun.json``), so a
+burst of load from other users during the first run shows up as a disagreement between
+the two. Set ``TOPICMECH_MODE=full`` to use a GPU when one is present and to extend the
+scaling grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _common as C  # noqa: E402
+
+BENCHMARKS = {
+    "demo": ("bench_demo.py", [], ["--runs", "3", "--generic-runs", "1"]),
+    "learned": ("bench_learned.py", [], ["--runs", "3", "--steps", "50"]),
+    "data": ("bench_data.py", [], ["--runs", "3", "--ref-docs", "100", "--docs", "4000"]),
+    "theory": ("bench_theory.py", [], ["--runs", "3", "--dense-max", "1000"]),
+    "scaling": ("bench_scaling.py", [], ["--runs", "2"]),
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
+    ap.add_argument("--no-rerun", action="store_true", help="skip the final rerun of the demonstration setting")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MPLBACKEND", "Agg")
+    names = args.only or list(BENCHMARKS)
+    print(f"topicmech benchmarks on {C.cpu_model()}, load average {C.load_average()}", flush=True)
+    failed = []
+    t0 = time.perf_counter()
+    for name in names:
+        script, full_args, quick_args = BENCHMARKS[name]
+        print(f"\n=== {name} ({script}) ===", flush=True)
+        cmd = [sys.executable, str(HERE / script), *(quick_args if args.quick else full_args)]
+        if subprocess.run(cmd, env=env, cwd=str(C.ROOT)).returncode != 0:
+            failed.append(name)
+    if "demo" in names and not args.no_rerun:
+        print("\n=== demo, rerun at the end (fast path, 1 thread) ===", flush=True)
+        cmd = [sys.executable, str(HERE / "bench_demo.py"), "--threads", "1", "--generic-runs", "0",
+               "--runs", "3" if args.quick else "5", "--name", "demo_rerun"]
+        if subprocess.run(cmd, env=env, cwd=str(C.ROOT)).returncode != 0:
+            failed.append("demo rerun")
+    print(f"\nall benchmarks: {time.perf_counter() - t0:.0f} s; load average now {C.load_average()}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Unit tests for topicmech.embeddings (book chapter 3 helpers)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import topicmech as tm
+from topicmech import embeddings as te
+from topicmech import theory as th
+
+T, V_PER, TAU, N = 5, 4, 2, 20  # paper-notes parameter set P0
+D = T * V_PER + 1
+
+
+# ---- probes ----------------------------------------------------------------------------
+
+
+def test_topic_spread_zero_for_topic_constant_embeddings():
+    rng = np.random.default_rng(0)
+    centroids = rng.normal(size=(3, T))                      # (d, T)
+    E = np.repeat(centroids, V_PER, axis=1)                  # (d, V): identical within topics
+    E = np.hstack([E, rng.normal(size=(3, 1))])              # [MASK] column is ignored
+    assert te.topic_spread(E, V_PER) < 1e-12
+    assert te.topic_spread(torch.from_numpy(E), V_PER) < 1e-12
+
+
+def test_topic_spread_one_for_zero_mean_topics_and_between():
+    E = np.zeros((2, 2 * V_PER))
+    E[0, :V_PER] = [1, -1, 1, -1]
+    E[1, V_PER:] = [2, -2, 0, 0]
+    assert math.isclose(te.topic_spread(E, V_PER), 1.0)
+    E2 = E + np.repeat(np.array([[1.0, 0.0], [0.0, 1.0]]), V_PER, axis=1)
+    assert 0.0 < te.topic_spread(E2, V_PER) < 1.0
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [(np.zeros((2, 8)), "all-zero"), (np.ones((2, 7)), "multiple"), (np.ones(8), "2-D")],
+)
+def test_topic_spread_rejects_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        te.topic_spread(bad, V_PER)
+    with pytest.raises(ValueError, match="words_per_topic"):
+        te.topic_spread(np.ones((2, 8)), 0)
+
+
+def test_topic_cosines_on_a_block_gram():
+    blocks = th.ValueBlocks(diag=1.0, same_topic=0.8, diff_topic=0.1, mask_col=0.0, topic_eigenvalue=math.nan)
+    G = th.block_matrix(blocks, T, V_PER)
+    G[-1, -1] = 1.0
+    c = te.topic_cosines(G, V_PER)
+    assert math.isclose(c.min_same_topic, 0.8) and math.isclose(c.mean_same_topic, 0.8)
+    assert math.isclose(c.mean_diff_topic, 0.1) and math.isclose(c.max_diff_topic, 0.1)
+    with pytest.raises(ValueError, match="square"):
+        te.topic_cosines(np.ones((D, D - 1)), V_PER)
+    with pytest.raises(ValueError, match="zero embedding"):
+        te.topic_cosines(np.zeros((D, D)), V_PER)
+
+
+def test_normalized_gram_has_unit_mean_word_norm():
+    rng = np.random.default_rng(1)
+    E = rng.normal(size=(4, D))
+    G = te.normalized_gram(E.T @ E, V_PER)
+    assert math.isclose(float(np.mean(np.diag(G)[:-1])), 1.0)
+    with pytest.raises(ValueError, match="non-positive"):
+        te.normalized_gram(np.zeros((D, D)), V_PER)
+
+
+# ---- model and training recipe ---------------------------------------------------------
+
+
+def test_embedding_model_trains_only_the_embedding():
+    m = te.embedding_model(D, 3, head="tied", seed=0)
+    assert [n for n, p in m.named_parameters() if p.requires_grad] == ["W_E"]
+    assert m.W_E.shape == (3, D) and m.attention == "uniform" and m.value == "identity"
+    m_id = te.embedding_model(D, head="identity")
+    assert m_id.W_E.shape == (D, D) and m_id.head == "identity"
+    assert float(m_id.W_E.detach().std()) < float(m.W_E.detach().std())  # smaller default start for the identity head
+    with pytest.raises(ValueError, match="head"):
+        te.embedding_model(D, 3, head="learned")
+    with pytest.raises(ValueError, match="d_model"):
+        te.embedding_model(D, 3, head="identity")
+
+
+def test_train_in_phases_concatenates_and_validates():
+    data = tm.SimplifiedTopicModel(T, V_PER, TAU)
+    m = te.embedding_model(D, 5, seed=0)
+    h = te.train_in_phases(m, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0,
+                           probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2)
+    assert h.step == list(range(1, 9)) and len(h.loss) == 8
+    assert h.probe_step[0] == 0 and h.probe_step[-1] == 8 and len(h.probe("norm")) == len(h.probe_step)
+    # same seed, same result
+    m2 = te.embedding_model(D, 5, seed=0)
+    te.train_in_phases(m2, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0)
+    assert torch.equal(m.W_E, m2.W_E)
+    for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)]):
+        with pytest.raises(ValueError, match="phases"):
+            te.train_in_phases(m, data, doc_len=N, phases=bad)
+    with pytest.raises(ValueError, match="seed"):
+        te.train_in_phases(m, data, doc_len=N, seed=-1)
+
+
+# ---- the tied-head optimum through the symmetry algebra ------------------------------
+
+
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+@pytest.mark.parametrize("params", [(5, 4, 2, 20), (4, 3, 2, 10), (6, 2, 3, 50)])
+def test_tied_blocks_match_the_numerical_optimum(params, attend_to_masked):
+    T_, v_, tau_, N_ = params
+    S, C = th.moments(T_, v_, tau_, N_, attend_to_masked=attend_to_masked)
+    for d in sorted({1, 2, T_ - 1, T_, T_ + 1, T_ * v_ + 1}):
+        tb = te.tied_embedding_blocks(S, C, T_, v_, d)
+        _, M = th.tied_embedding_optimum(S, C, d, restarts=1)
+        b = th.orbit_means(M, T_, v_)
+        assert abs(tb.loss - th.embedding_loss(M, S, C)) < 1e-9, d
+        for got, want in ((tb.diag, b.diag), (tb.same_topic, b.same_topic), (tb.diff_topic, b.diff_topic),
+                          (tb.mask_col, b.mask_col), (tb.mask_mask, M[-1, -1])):
+            assert abs(got - want) < 1e-6, (d, got, want)
+
+
+def test_tied_blocks_reference_numbers_and_rank_allocation():
+    # paper-notes Section 8.7 table (visible keys, P0)
+    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
+    ref = {3: (0.1670, 0.1670, 0.0298), 5: (0.2768, 0.2768, 0.0024), 6: (0.2827, 0.2748, 0.0024),
+           10: (0.3063, 0.2669, 0.0024), 21: (0.3654, 0.2472, 0.0024)}
+    for d, (dg, st, df) in ref.items():
+        tb = te.tied_embedding_blocks(S, C, T, V_PER, d)
+        assert (round(tb.diag, 4), round(tb.same_topic, 4), round(tb.diff_topic, 4)) == (dg, st, df), d
+    tb1 = te.tied_embedding_blocks(S, C, T, V_PER, 1)
+    assert (tb1.rank_mean, tb1.rank_topic, tb1.rank_within) == (1, 0, 0)
+    assert abs(tb1.topic_gap) < 1e-12  # d = 1: no topic structure at all
+    for d in range(2, T + 1):
+        tb = te.tied_embedding_blocks(S, C, T, V_PER, d)
+        assert (tb.rank_mean, tb.rank_topic, tb.rank_within) == (1, d - 1, 0)
+        assert tb.identical_within_topic and tb.topic_gap > 0
+    tb = te.tied_embedding_blocks(S, C, T, V_PER, D)
+    assert (tb.rank_topic, tb.rank_within) == (T - 1, T * (V_PER - 1)) and not tb.identical_within_topic
+    assert tb.gain_topic > 100 * tb.gain_within > 0
+
+
+def test_tied_blocks_hidden_keys_stop_at_rank_T():
+    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=False)
+    tb = te.tied_embedding_blocks(S, C, T, V_PER, 12)
+    assert tb.rank_within == 0 and abs(tb.lam_within) < 1e-12 and tb.identical_within_topic
+
+
+def test_tied_blocks_rejects_bad_input():
+    S, C = th.moments(T, V_PER, TAU, N)
+    with pytest.raises(ValueError, match="d"):
+        te.tied_embedding_blocks(S, C, T, V_PER, 0)
+    with pytest.raises(ValueError, match="Sigma"):
+        te.tied_embedding_blocks(S[:-1, :-1], C, T, V_PER, 2)
+    with pytest.raises(ValueError, match="C must"):
+        te.tied_embedding_blocks(S, C[:, :-1], T, V_PER, 2)
+    with pytest.raises(ValueError, match="num_topics"):
+        te.tied_embedding_blocks(S, C, 1, 20, 2)

@@ -1,0 +1,242 @@
+"""Tests for topicmech.fast: the fast uniform-attention training path and padding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import topicmech as tm
+from topicmech import fast
+from topicmech.train import mlm_loss
+
+D = 21  # T = 4 topics of 5 words, plus [MASK]
+
+
+def _model(**kw):
+    kw = {"attention": "uniform", "value": "learned", "head": "identity", "seed": 1, **kw}
+    return tm.OneLayerTransformer(D, **kw)
+
+
+@pytest.fixture(scope="module")
+def lda():
+    return tm.LDATopicModel(num_topics=4, words_per_topic=5, alpha=0.3)
+
+
+@pytest.fixture(scope="module")
+def docs(lda):
+    return lda.sample(64, 30, seed=5)
+
+
+# ---- same results as the general loop --------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "squared"])
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_matches_train_closed_form_gradient(docs, loss, attend_to_masked, optimizer):
+    lr = 0.01 if optimizer == "adam" else 0.5
+    m1, m2 = _model(attend_to_masked=attend_to_masked), _model(attend_to_masked=attend_to_masked)
+    kw = dict(steps=120, batch_size=8, loss=loss, optimizer=optimizer, lr=lr, seed=3)
+    h1 = tm.train_model(m1, docs, **kw)
+    h2 = fast.train_uniform(m2, docs, **kw)
+    assert h1.step == h2.step
+    assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
+    torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [
+    {"head": "learned"},
+    {"embedding": "learned", "head": "tied", "d_model": 8},
+    {"value": "learned", "head": "identity", "l2": 1e-3},
+])
+def test_matches_train_autograd(docs, kw):
+    kw = dict(kw)
+    l2 = kw.pop("l2", 0.0)
+    m1, m2 = _model(**kw), _model(**kw)
+    args = dict(steps=60, batch_size=8, loss="cross_entropy", optimizer="adam", lr=0.01, l2=l2, seed=4)
+    h1 = tm.train_model(m1, docs, **args)
+    h2 = fast.train_uniform(m2, docs, **args)
+    assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
+    for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert n1 == n2
+        torch.testing.assert_close(p1, p2, atol=1e-4, rtol=1e-4)
+
+
+def test_matches_train_topic_model_and_probes(lda):
+    m1, m2 = _model(), _model()
+    probes = {"diag": lambda m: m.W_V.diagonal().mean()}
+    kw = dict(steps=40, batch_size=6, doc_len=25, loss="squared", optimizer="sgd", lr=0.5, seed=9,
+              probes=probes, probe_every=10)
+    h1 = tm.train_model(m1, lda, **kw)
+    h2 = fast.train_uniform(m2, lda, **kw)
+    assert h1.probe_step == h2.probe_step == [0, 10, 20, 30, 40]
+    torch.testing.assert_close(torch.tensor(h1.probe("diag")), torch.tensor(h2.probe("diag")), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-5, rtol=1e-5)
+
+
+def test_bit_identical_for_same_seed(docs):
+    m1, m2 = _model(), _model()
+    h1 = fast.train_uniform(m1, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
+    h2 = fast.train_uniform(m2, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
+    assert h1.loss == h2.loss
+    assert torch.equal(m1.W_V, m2.W_V)
+
+
+def test_learns_topic_blocks(lda):
+    m = _model(attend_to_masked=False)
+    fast.train_uniform(m, lda, steps=400, batch_size=32, doc_len=40, loss="cross_entropy", optimizer="adam", seed=0)
+    bm = tm.block_means(m.W_V.detach(), lda.topic_of_word)
+    assert bm.same_topic - bm.diff_topic > 0.5, bm
+
+
+# ---- the optimisers repeat torch.optim's arithmetic ------------------------------------
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_optimisers_bit_identical_to_torch(name):
+    gen = torch.Generator().manual_seed(0)
+    p1 = torch.nn.Parameter(torch.randn(7, 5, generator=gen))
+    p2 = torch.nn.Parameter(p1.detach().clone())
+    ref = torch.optim.Adam([p1], lr=0.03) if name == "adam" else torch.optim.SGD([p1], lr=0.3)
+    ours = fast._make_optimizer([p2], name, 0.03 if name == "adam" else 0.3)
+    for _ in range(25):
+        g = torch.randn(7, 5, generator=gen)
+        p1.grad = g.clone()
+        ref.step()
+        with torch.no_grad():
+            ours.step((g,))
+        assert torch.equal(p1.detach(), p2.detach())
+
+
+# ---- the (batch, D) loss equals the general one -----------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "squared"])
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+def test_uniform_loss_equals_mlm_loss(docs, loss, attend_to_masked):
+    m = _model(attend_to_masked=attend_to_masked, init_scale=0.3)
+    gen = torch.Generator().manual_seed(0)
+    B, N = docs.shape
+    sel_u, branch = torch.rand(B, N, generator=gen), torch.rand(B, N, generator=gen)
+    words = torch.randint(D - 1, (B, N), generator=gen)
+    gen2 = torch.Generator().manual_seed(0)
+    inputs, selected = tm.bert_mask(docs, D - 1, seed=gen2)  # the same draws, through bert_mask
+    xbar, Y, n = fast.chunk_statistics(docs, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
+                                       random_prob=0.1, attend_to_masked=attend_to_masked)
+    assert torch.equal(n, selected.sum(1).float())
+    got = fast.uniform_loss(fast._logits_from_xbar(m, xbar), Y, n, loss, float(n.sum()))
+    want = mlm_loss(m(inputs, selected), docs, selected, loss)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# ---- padding --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+def test_padding_is_invisible(lda, attend_to_masked):
+    """A padded batch gives the loss and gradient of its documents taken one by one."""
+    rows = [lda.sample(1, n, seed=i)[0] for i, n in enumerate([7, 30, 12, 1, 19])]
+    padded, lengths = fast.pad_documents(rows, pad_id=3)
+    B, N = padded.shape
+    gen = torch.Generator().manual_seed(1)
+    sel_u, branch = torch.rand(B, N, generator=gen), torch.rand(B, N, generator=gen)
+    sel_u[:, 0] = 0.0  # every document has a selected position
+    words = torch.randint(D - 1, (B, N), generator=gen)
+    m = _model(attend_to_masked=attend_to_masked, init_scale=0.3)
+    xbar, Y, n = fast.chunk_statistics(padded, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
+                                       random_prob=0.1, attend_to_masked=attend_to_masked, lengths=lengths)
+    got = fast.uniform_loss(fast._logits_from_xbar(m, xbar), Y, n, "cross_entropy", float(n.sum()))
+    (g_got,) = torch.autograd.grad(got, [m.W_V])
+    # reference: each document on its own, the general model and loss, no padding anywhere
+    total, count = 0.0, 0
+    for b, row in enumerate(rows):
+        L = len(row)
+        sel = sel_u[b, :L] < 0.15
+        inp = row.clone()
+        inp[sel & (branch[b, :L] >= 0.2)] = D - 1
+        rnd = sel & (branch[b, :L] >= 0.1) & (branch[b, :L] < 0.2)
+        inp[rnd] = words[b, :L][rnd]
+        k = int(sel.sum())
+        total = total + k * mlm_loss(m(inp[None], sel[None]), row[None], sel[None], "cross_entropy")
+        count += k
+    want = total / count
+    (g_want,) = torch.autograd.grad(want, [m.W_V])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g_got, g_want, atol=1e-6, rtol=1e-4)
+
+
+def test_padded_training_ignores_pad_content(lda):
+    docs, lengths = fast.sample_variable_length(lda, 50, 5, 20, seed=0)
+    other = docs.clone()
+    other[torch.arange(20)[None, :] >= lengths[:, None]] = 7  # different padding content
+    m1, m2 = _model(), _model()
+    kw = dict(steps=30, batch_size=8, lengths=lengths, loss="cross_entropy", optimizer="adam", seed=1)
+    fast.train_uniform(m1, docs, **kw)
+    fast.train_uniform(m2, other, **kw)
+    assert torch.equal(m1.W_V, m2.W_V)
+
+
+def test_sample_variable_length(lda):
+    docs, lengths = fast.sample_variable_length(lda, 300, 100, 150, seed=4, pad_id=0)
+    assert docs.shape == (300, 150) and lengths.shape == (300,)
+    assert int(lengths.min()) >= 100 and int(lengths.max()) <= 150
+    assert int(lengths.min()) < 110 and int(lengths.max()) > 140  # uniform over the range
+    pad = torch.arange(150)[None, :] >= lengths[:, None]
+    assert torch.all(docs[pad] == 0)
+    assert int(docs.min()) >= 0 and int(docs.max()) < lda.vocab_size
+    again, lengths2 = fast.sample_variable_length(lda, 300, 100, 150, seed=4)
+    assert torch.equal(docs, again) and torch.equal(lengths, lengths2)
+
+
+def test_pad_documents_roundtrip():
+    rows = [torch.tensor([1, 2, 3]), torch.tensor([4]), torch.tensor([5, 6])]
+    padded, lengths = fast.pad_documents(rows, pad_id=9)
+    assert padded.tolist() == [[1, 2, 3], [4, 9, 9], [5, 6, 9]]
+    assert lengths.tolist() == [3, 1, 2]
+
+
+# ---- validation and failure modes -----------------------------------------------------
+
+
+def test_rejects_bad_input(lda, docs):
+    with pytest.raises(ValueError, match="attention='uniform'"):
+        fast.train_uniform(tm.OneLayerTransformer(D, attention="learned"), docs, steps=2)
+    with pytest.raises(ValueError, match="lengths"):
+        fast.train_uniform(_model(), lda, steps=2, doc_len=5, lengths=torch.ones(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="lengths"):
+        fast.train_uniform(_model(), docs, steps=2, lengths=torch.zeros(len(docs), dtype=torch.long))
+    with pytest.raises(ValueError, match="lengths"):
+        fast.train_uniform(_model(), docs, steps=2, lengths=torch.full((len(docs),), 31))
+    with pytest.raises(ValueError, match="doc_len"):
+        fast.train_uniform(_model(), lda, steps=2)
+    with pytest.raises(ValueError, match="steps"):
+        fast.train_uniform(_model(), docs, steps=0)
+    with pytest.raises(ValueError, match="optimizer"):
+        fast.train_uniform(_model(), docs, steps=2, optimizer="rmsprop")
+    with pytest.raises(ValueError, match="lr"):
+        fast.train_uniform(_model(), docs, steps=2, lr=-1.0)
+    with pytest.raises(ValueError, match="check_every"):
+        fast.train_uniform(_model(), docs, steps=2, check_every=0)
+    with pytest.raises(ValueError, match="trainable"):
+        fast.train_uniform(_model().freeze("W_V"), docs, steps=2)
+    with pytest.raises(ValueError, match="min_len"):
+        fast.sample_variable_length(lda, 3, 10, 5)
+    with pytest.raises(ValueError, match="pad_id"):
+        fast.sample_variable_length(lda, 3, 1, 5, pad_id=D)
+    with pytest.raises(ValueError, match="docs"):
+        fast.pad_documents([])
+
+
+def test_non_finite_loss_stops_with_step(docs):
+    m = _model(init_scale=1.0)
+    with pytest.raises(FloatingPointError, match=r"at step \d+"):
+        fast.train_uniform(m, docs, steps=400, batch_size=8, loss="squared", optimizer="sgd", lr=1e6, check_every=10)
+
+
+def test_model_device_is_used(docs):
+    m = _model()
+    assert fast.model_device(m) == torch.device("cpu")
+    h = fast.train_uniform(m, docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
+    assert len(h.loss) == 3 and all(math.isfinite(x) for x in h.loss)

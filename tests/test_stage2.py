@@ -1,0 +1,153 @@
+"""Unit tests for topicmech.stage2 (the helpers of chapter 5 and its appendix).
+
+The multi-seed claims of the chapter are in tests/test_chapter_claims_5.py; here each
+helper is checked on its own: shapes, exact identities, input validation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from topicmech import stage2, theory as th
+from topicmech.data import SimplifiedTopicModel, bert_mask
+
+T, v, tau, N = 5, 4, 2, 20
+V, D = T * v, T * v + 1
+
+
+def test_setting_presets_and_validation():
+    q, f = stage2.Stage2Setting.quick(), stage2.Stage2Setting.full()
+    assert (q.num_topics, q.words_per_topic, q.topics_per_doc, q.doc_len) == (5, 4, 2, 20)
+    assert q.num_tokens == 21 and f.num_tokens == 101
+    W = q.stage1_value_matrix(False)
+    assert W.shape == (21, 21) and np.allclose(W[:, -1], 0) and np.allclose(W[-1], 0)
+    # both presets aim at a similar predicted growth rate 2 lr lambda_inf / sqrt(D)
+    rates = []
+    for s in (q, f):
+        lim = th.key_query_gradient_limit(s.num_topics, s.words_per_topic, s.topics_per_doc, s.keep_prob)
+        rates.append(stage2.predicted_growth_rate(s.lr, s.vocab_size * lim["diff_topic"], s.num_tokens))
+    assert 0.025 < min(rates) and max(rates) < 0.04, rates
+    for bad in (dict(lr=0.0), dict(lr=float("nan")), dict(steps=0), dict(topics_per_doc=9), dict(doc_len=1),
+                dict(keep_prob=0.7, random_prob=0.5), dict(init_scale=-1.0), dict(batch_size=True)):
+        with pytest.raises(ValueError):
+            stage2.Stage2Setting(**bad)
+
+
+def test_stage2_model_freezes_value():
+    W = np.arange(D * D, dtype=float).reshape(D, D) / D**2
+    m = stage2.stage2_model(W, attend_to_masked=False, init_scale=0.05, seed=3)
+    assert torch.allclose(m.W_V.double(), torch.as_tensor(W), atol=1e-6)
+    assert not m.W_V.requires_grad and m.W_K.requires_grad and m.W_Q.requires_grad
+    assert m.attend_to_masked is False and m.attention == "learned"
+    with pytest.raises(ValueError):
+        stage2.stage2_model(np.zeros((3, 4)), attend_to_masked=True)
+    with pytest.raises(ValueError):
+        stage2.stage2_model(np.full((3, 3), np.nan), attend_to_masked=True)
+    with pytest.raises(ValueError):
+        stage2.stage2_model(W, attend_to_masked=1)
+
+
+def test_run_stage2_short_run_records_probes():
+    s = stage2.Stage2Setting(steps=20, probe_every=5, batch_size=16)
+    model, hist = stage2.run_stage2(s, attend_to_masked=False, seed=1)
+    assert hist.probe_step == [0, 5, 10, 15, 20]
+    assert set(hist.probes) == {"same_word", "same_topic", "mask_query_spread"}
+    W = s.stage1_value_matrix(False)
+    assert torch.allclose(model.W_V.double(), torch.as_tensor(W), atol=1e-6)  # W_V did not move
+    with pytest.raises(ValueError):
+        stage2.run_stage2("quick", attend_to_masked=False)
+
+
+def test_gradient_summary_on_synthetic_block_matrices():
+    rng = np.random.default_rng(0)
+    topic = np.arange(V) // v
+    same = topic[:, None] == topic[None, :]
+    base = np.zeros((D, D))
+    base[:V, :V] = np.where(same, -3.0, 1.0)
+    np.fill_diagonal(base[:V, :V], -3.0)
+    Gs = [base + 1e-3 * rng.standard_normal((D, D)) for _ in range(6)]
+    s = stage2.gradient_summary(Gs, T, v)
+    assert s.num_estimates == 6 and s.words_per_topic == v
+    assert s.same_topic == pytest.approx(-3.0, abs=1e-3) and s.diff_topic == pytest.approx(1.0, abs=1e-3)
+    assert s.ratio == pytest.approx(-3.0, abs=1e-2) and 0 < s.ratio_se < 1e-2
+    assert s.topic_eigenvalue == pytest.approx(-v * (-3.0 - 1.0), rel=1e-2)
+    assert s.topic_contrast_z() < -100
+    assert s.mask_query_max_z < 6                          # pure noise in the [MASK]-query column
+    biased = [G.copy() for G in Gs]
+    for G in biased:
+        G[:V, V] += np.where(topic == 0, 0.01, 0.0)          # a topic preference for [MASK] queries ...
+    assert stage2.gradient_summary(biased, T, v).mask_query_max_z > 20   # ... is detected
+    with pytest.raises(ValueError):
+        stage2.gradient_summary(Gs[:1], T, v)
+    with pytest.raises(ValueError):
+        stage2.gradient_summary([np.zeros((4, 4))] * 2, T, v)
+    with pytest.raises(ValueError):
+        stage2.gradient_summary(Gs, 1, v)
+
+
+def test_hidden_key_gradient_identities():
+    lim = th.key_query_gradient_limit(T, v, tau)
+    g_inf = stage2.hidden_key_gradient(T, v, tau, math.inf, topic_eigenvalue=1.0)
+    for k in ("same_word", "same_topic", "diff_topic"):
+        assert g_inf[k] == pytest.approx(lim[k], rel=1e-12)
+    g = stage2.hidden_key_gradient(T, v, tau, N)
+    lam = th.value_block_coefficients(T, v, tau, N, attend_to_masked=False).topic_eigenvalue
+    assert g["factor"] == pytest.approx(lam * (1 - th.kappa(N, 0.15)), rel=1e-12)
+    assert g["same_topic"] / g["diff_topic"] == pytest.approx(-(T - 1), rel=1e-12)
+    assert g["mask_query"] == 0.0
+    assert stage2.hidden_key_gradient(T, v, tau, N, keep_prob=0.0)["same_topic"] == 0.0
+    assert stage2.hidden_key_gradient(T, v, 1, N)["diff_topic"] == 0.0
+    with pytest.raises(ValueError):
+        stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float("inf"))
+    with pytest.raises(ValueError):
+        stage2.hidden_key_gradient(T, v, tau, N, keep_prob=1.5)
+
+
+def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
+    """W = B (the authors' 0/1 block): lambda = v; Monte Carlo within 5 standard errors."""
+    topic = np.arange(V) // v
+    W = np.zeros((D, D))
+    W[:V, :V] = topic[:, None] == topic[None, :]
+    Gs = [th.key_query_gradient(W, T, v, tau, N, 8000, attend_to_masked=False, seed=s) for s in range(4)]
+    s = stage2.gradient_summary(Gs, T, v)
+    g = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    assert abs(s.same_topic - g["same_topic"]) < 5 * s.same_topic_se
+    assert abs(s.diff_topic - g["diff_topic"]) < 5 * s.diff_topic_se
+
+
+def test_growth_rates():
+    assert stage2.predicted_growth_rate(100.0, 1e-3, 25) == pytest.approx(2 * 100 * 1e-3 / 5)
+    steps = np.arange(0, 200, 10)
+    vals = 1e-3 * np.exp(0.03 * steps)
+    vals[0] = 5e-3                                           # an initial transient below lo is skipped
+    assert stage2.fitted_growth_rate(steps, vals) == pytest.approx(0.03, rel=1e-9)
+    for bad in (dict(lo=0.3, hi=0.02), dict(lo=-1.0)):
+        with pytest.raises(ValueError):
+            stage2.fitted_growth_rate(steps, vals, **bad)
+    with pytest.raises(ValueError):
+        stage2.fitted_growth_rate(steps, np.full(steps.shape, 1e-4))   # never reaches lo
+    with pytest.raises(ValueError):
+        stage2.fitted_growth_rate(steps[:3], vals)
+    with pytest.raises(ValueError):
+        stage2.predicted_growth_rate(0.0, 1e-3, 25)
+
+
+def test_mask_query_attention_uniform_pattern_is_one():
+    tm_ = SimplifiedTopicModel(T, v, tau)
+    docs = tm_.sample(200, N, seed=0)
+    inputs, selected = bert_mask(docs, V, 0.3, 0.1, 0.1, seed=1)
+    for atm in (True, False):
+        pattern = torch.full((len(docs), N, N), 0.05, dtype=torch.float64)   # the same weight everywhere
+        r = stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, atm)
+        assert r.num_queries == int((inputs == V).sum())
+        assert r.ratio == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        stage2.mask_query_attention(pattern, inputs, selected.long(), docs, tm_.topic_of_word, False)
+    with pytest.raises(ValueError):
+        stage2.mask_query_attention(pattern[:, :3], inputs, selected, docs, tm_.topic_of_word, False)
+    with pytest.raises(ValueError):
+        stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, "no")

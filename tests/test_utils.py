@@ -1,0 +1,158 @@
+"""Tests for topicmech.utils: seeding, generators, run mode, input checks."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from topicmech import utils
+from topicmech.utils import (check_masking, check_positive_int, check_probability, default_device, is_full,
+                             make_generator, run_mode, seed_everything, setup_notebook)
+
+
+@pytest.fixture
+def restore_torch_globals():
+    """seed_everything switches deterministic algorithms on for the whole process: undo it."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    threads = torch.get_num_threads()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    torch.set_num_threads(threads)
+
+
+def draws():
+    return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+
+def test_seed_everything_seeds_python_numpy_and_torch(restore_torch_globals):
+    seed_everything(123)
+    a = draws()
+    seed_everything(123)
+    assert draws() == a
+    seed_everything(124)
+    assert all(x != y for x, y in zip(draws(), a))
+    assert torch.are_deterministic_algorithms_enabled()
+
+
+def test_seed_everything_without_deterministic_flag(restore_torch_globals):
+    torch.use_deterministic_algorithms(False)
+    seed_everything(0, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_seed_everything_accepts_large_and_numpy_seeds(restore_torch_globals):
+    seed_everything(2**64 - 1)
+    seed_everything(np.int64(5))
+    a = draws()
+    seed_everything(5)
+    assert draws() == a
+
+
+def test_make_generator():
+    g = make_generator(42)
+    assert isinstance(g, torch.Generator)
+    assert torch.equal(torch.rand(5, generator=g), torch.rand(5, generator=torch.Generator().manual_seed(42)))
+    assert torch.equal(torch.rand(3, generator=make_generator(np.int32(7))),
+                       torch.rand(3, generator=make_generator(7)))
+    same = torch.Generator().manual_seed(1)
+    assert make_generator(same) is same
+    # independent of the global seed
+    torch.manual_seed(0)
+    x = torch.rand(3, generator=make_generator(9))
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3, generator=make_generator(9)), x)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.0, 0.5, "1", None, True, [1]])
+def test_make_generator_and_seed_everything_reject_bad_seeds(bad, restore_torch_globals):
+    with pytest.raises(ValueError, match="seed"):
+        make_generator(bad)
+    with pytest.raises(ValueError, match="seed"):
+        seed_everything(bad)
+
+
+@pytest.mark.parametrize("value,expected", [(None, "quick"), ("", "quick"), ("quick", "quick"), ("full", "full"),
+                                            (" FULL ", "full"), ("Quick", "quick")])
+def test_run_mode(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("TOPICMECH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("TOPICMECH_MODE", value)
+    assert run_mode() == expected
+    assert is_full() == (expected == "full")
+
+
+@pytest.mark.parametrize("value", ["fast", "paper", "1", "quick,full"])
+def test_run_mode_bad_value_raises(monkeypatch, value):
+    monkeypatch.setenv("TOPICMECH_MODE", value)
+    with pytest.raises(ValueError, match="TOPICMECH_MODE"):
+        run_mode()
+    with pytest.raises(ValueError, match="TOPICMECH_MODE"):
+        is_full()
+
+
+def test_default_device(monkeypatch):
+    monkeypatch.setenv("TOPICMECH_MODE", "quick")
+    assert default_device() == torch.device("cpu")
+    monkeypatch.setenv("TOPICMECH_MODE", "full")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert default_device().type == expected
+
+
+def test_setup_notebook(monkeypatch, restore_torch_globals):
+    monkeypatch.setenv("TOPICMECH_MODE", "quick")
+    assert setup_notebook(3, threads=1) == "quick"
+    assert torch.get_num_threads() == 1
+    a = draws()
+    setup_notebook(3)
+    assert draws() == a
+    for bad in (0, -2, 1.5, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            setup_notebook(0, threads=bad)
+
+
+def test_mode_constant_is_a_valid_mode():
+    assert utils.MODE in ("quick", "full")
+
+
+# ---- check helpers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("good", [1, 7, np.int64(3), 10**12])
+def test_check_positive_int_accepts(good):
+    out = check_positive_int("n", good)
+    assert out == good and type(out) is int
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, 2.0, True, "3", None, np.float64(2.0)])
+def test_check_positive_int_rejects(bad):
+    with pytest.raises(ValueError, match="my_arg"):
+        check_positive_int("my_arg", bad)
+
+
+@pytest.mark.parametrize("good", [0, 0.0, 0.5, 1, 1.0, np.float32(0.25)])
+def test_check_probability_accepts(good):
+    out = check_probability("p", good)
+    assert out == pytest.approx(float(good)) and type(out) is float
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0001, math.nan, math.inf, -math.inf, "0.5", None, True, [0.5]])
+def test_check_probability_rejects(bad):
+    with pytest.raises(ValueError, match="my_prob"):
+        check_probability("my_prob", bad)
+
+
+def test_check_masking():
+    assert check_masking(0.15, 0.1, 0.1) == (0.15, 0.1, 0.1)
+    assert check_masking(1, 0.7, 0.3) == (1.0, 0.7, 0.3)        # keep + random = 1 is allowed
+    with pytest.raises(ValueError, match="keep_prob.*random_prob"):
+        check_masking(0.15, 0.6, 0.5)
+    for args, name in [((1.5, 0.1, 0.1), "mask_prob"), ((0.1, -0.1, 0.1), "keep_prob"),
+                       ((0.1, 0.1, math.nan), "random_prob")]:
+        with pytest.raises(ValueError, match=name):
+            check_masking(*args)
