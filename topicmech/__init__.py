@@ -26,7 +26,7 @@ Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``
 output, columns = input); attention patterns are ``(batch, query, key)``.
 """
 
-from . import data, model, plotting, probes, train, utils
+from . import artifacts, data, model, plotting, probes, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
@@ -36,7 +36,7 @@ from .utils import MODE, is_full, seed_everything, setup_notebook
 __version__ = "0.1.0"
 
 __all__ = [
-    "data", "model", "plotting", "probes", "train", "utils",
+    "artifacts", "data", "model", "plotting", "probes", "theory", "train", "utils",
     "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "OneLayerTransformer",
     "block_means", "attention_by_relation", "train_model",
     "MODE", "is_full", "seed_everything", "setup_notebook",

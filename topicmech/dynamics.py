@@ -95,7 +95,7 @@ def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must be an array, got {type(x).__name__}") from None
 
 
-def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray) -> float:
+def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mask_column: bool = False) -> float:
     """Relative Frobenius distance of the value map to the stage-1 optimum.
 
     ``||W - W*||_F / ||W*||_F`` with ``W = model.value_matrix()`` (``W^V`` itself for
@@ -108,17 +108,16 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray) -> float:
     W_star : Tensor or ndarray, shape (D, D)
         The reference, usually :func:`topicmech.theory.optimal_value_matrix` at the
         training parameters and the same ``attend_to_masked``.
+    ignore_mask_column : bool
+        Leave out the last column (input ``[MASK]``) of both matrices. Use it with
+        ``attend_to_masked=False``: ``[MASK]`` is then never attended, so that column of
+        ``W^V`` never receives a gradient and keeps its random initial values, while
+        ``W*`` sets it to 0 by convention. :func:`standard_probes` does this automatically.
 
     Returns
     -------
     gap : float
         1 at ``W = 0``; 0 at ``W = W*``.
-
-    Notes
-    -----
-    Under ``attend_to_masked=False`` the ``[MASK]`` column of ``W^V`` never receives a
-    gradient (``[MASK]`` is never attended), so it keeps its initial values; at small
-    ``init_scale`` they add a negligible ``O(eps)`` to the gap.
     """
     if not hasattr(model, "value_matrix"):
         raise ValueError(f"model must have a value_matrix() method, got {type(model).__name__}")
@@ -126,6 +125,8 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray) -> float:
     Ws = _as_float_tensor(W_star, "W_star")                                     # (D, D)
     if Ws.shape != W.shape:
         raise ValueError(f"W_star must have shape {tuple(W.shape)}, got {tuple(Ws.shape)}")
+    if ignore_mask_column:
+        W, Ws = W[:, :-1], Ws[:, :-1]                                           # (D, D - 1)
     norm = float(Ws.norm())
     if not norm > 0:
         raise ValueError("W_star must not be the zero matrix")
@@ -219,7 +220,8 @@ def standard_probes(
     Returns
     -------
     probes : dict of str to callable
-        ``"value_gap"``: :func:`value_gap` (only with ``W_star``);
+        ``"value_gap"``: :func:`value_gap` (only with ``W_star``; the ``[MASK]`` column is
+        left out when the model hides masked keys);
         ``"value_topic_gap"``: same-topic minus different-topic mean entry of ``W^V``;
         ``"kq_norm"``: ``||A||_F``;
         ``"kq_same_word"``, ``"kq_same_topic"``: :func:`topicmech.probes.topic_contrasts`
@@ -246,7 +248,7 @@ def standard_probes(
     probes: dict[str, Callable[[nn.Module], Any]] = {}
     if W_star is not None:
         Ws = _as_float_tensor(W_star, "W_star")
-        probes["value_gap"] = lambda m: value_gap(m, Ws)
+        probes["value_gap"] = lambda m: value_gap(m, Ws, ignore_mask_column=not getattr(m, "attend_to_masked", True))
     probes["value_topic_gap"] = lambda m: block_means(m.value_matrix(), topic).topic_gap
     probes["kq_norm"] = lambda m: float(m.key_query_matrix().norm())
     probes["kq_same_word"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_word"]
@@ -871,6 +873,7 @@ def plot_tracked(
     title: str | None = None,
     shade: bool = True,
     legend: bool = True,
+    log_steps: bool = False,
 ) -> Any:
     """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss.
 
@@ -892,6 +895,9 @@ def plot_tracked(
         Shade the stages.
     legend : bool
         Draw legends.
+    log_steps : bool
+        Logarithmic step axis (linear below step 10), so a short stage 1 stays visible
+        next to a long stage 2.
 
     Returns
     -------
@@ -912,8 +918,8 @@ def plot_tracked(
     ax_v.set_ylabel(r"$W^V$ gap")
     ax_v.set_ylim(bottom=0)
     ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
-    ax_a.semilogy(s, np.clip(run.probe("kq_same_topic"), 1e-6, None), color="C2",
-                  label="same-topic score contrast")
+    contrast = run.probe("kq_same_topic").astype(float)
+    ax_a.semilogy(s, np.where(contrast > 0, contrast, np.nan), color="C2", label="same-topic score contrast")
     ax_a.set_ylabel("key-query")
     plot_attention(run, ax_att, shade=False, legend=False)
     ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
@@ -931,6 +937,9 @@ def plot_tracked(
         ax_v.text(run.times.value_step, 0.92 * ymax, " stage 1", ha="left", va="top", fontsize=8, color="C0")
         if run.times.attention_step is not None:
             ax_v.text(run.times.attention_step, 0.92 * ymax, " stage 2", ha="left", va="top", fontsize=8, color="C1")
+    if log_steps:
+        ax_l.set_xscale("symlog", linthresh=10)
+        ax_l.set_xlim(0, float(s[-1]))
     if legend:
         for ax in axes:
             ax.legend(fontsize=7, loc="best")

@@ -10,8 +10,9 @@ several seeds with the same settings, which is why the settings live here.
   :func:`topicmech.train.train`), with a step-decay learning-rate schedule.
 * :data:`SQUARED_SCHEDULE`, :data:`CROSS_ENTROPY_SCHEDULE`: the schedules the book uses.
 * :func:`block_errors`: learned orbit means minus the exact ones.
-* :func:`centre_columns`, :func:`contrast_correlation`: compare matrices up to the
-  column shifts that a softmax cannot see (cross-entropy training).
+* :func:`centre_columns`, :func:`contrast_correlation`, :func:`column_topic_margin`:
+  compare matrices up to the column shifts that a softmax cannot see (cross-entropy
+  training).
 
 Notation as on the book's notation page: ``V = T v`` words, ``[MASK]`` has id ``V``,
 ``D = V + 1``; matrices act on column vectors (``W[output, input]``).
@@ -48,6 +49,7 @@ __all__ = [
     "block_errors",
     "centre_columns",
     "contrast_correlation",
+    "column_topic_margin",
 ]
 
 Schedule = Sequence[tuple[float, int]]
@@ -318,3 +320,41 @@ def contrast_correlation(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Ten
     if x.std() == 0 or y.std() == 0:
         return math.nan
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def column_topic_margin(matrix: np.ndarray | torch.Tensor, num_topics: int, words_per_topic: int) -> float:
+    """Smallest within-column gap between same-topic and different-topic entries.
+
+    For every word column ``b`` (input word), take the smallest entry over the output
+    words of ``b``'s topic (``b`` itself included) minus the largest entry over the
+    output words of other topics; return the minimum over columns. A positive value
+    means every column ranks all same-topic outputs above all different-topic ones. The
+    value is unchanged by column shifts (see :func:`centre_columns`).
+
+    Parameters
+    ----------
+    matrix : ndarray or Tensor, shape (D, D)
+        ``D = T v + 1``; only the word block is used.
+    num_topics, words_per_topic : int
+        ``T >= 2`` and ``v``.
+
+    Returns
+    -------
+    margin : float
+    """
+    T = check_positive_int("num_topics", num_topics)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    if T < 2:
+        raise ValueError(f"num_topics must be >= 2 for a different-topic entry, got {num_topics!r}")
+    V = T * v
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach().double().cpu().numpy()
+    M = np.asarray(matrix, dtype=np.float64)
+    if M.shape != (V + 1, V + 1):
+        raise ValueError(f"matrix must have shape ({V + 1}, {V + 1}), got {M.shape}")
+    W = M[:V, :V].reshape(T, v, T, v)                                 # (out topic, out word, in topic, in word)
+    same = np.stack([W[t, :, t, :] for t in range(T)])                 # (T, v_out, v_in)
+    lowest_same = same.min(axis=1)                                     # (T, v_in)
+    other = np.where(np.eye(T, dtype=bool)[:, None, :, None], -np.inf, W)  # mask the same-topic blocks
+    highest_other = other.max(axis=(0, 1))                             # (T, v_in)
+    return float((lowest_same - highest_other).min())
