@@ -377,3 +377,33 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         tp.embedding_pair_stats(np.eye(3), np.eye(3, dtype=bool)[[0, 0, 1]], level=1.0)
     with pytest.raises(ValueError, match="min_distance"):
         tp.relation_masks_for_words(["a"], tp.WordTopics.from_dict({"a": 0}), min_distance=-1)
+
+
+# ---------------------------------------------------------------- the real encoder (slow)
+
+
+@pytest.mark.slow
+def test_real_encoder_end_to_end():
+    """The bundled encoder on a few Lee articles: shapes, pooling semantics, finite statistics."""
+    tok, model = tp.load_encoder()
+    assert model.config.output_attentions
+    lee = tp.load_lee_corpus()
+    small = tp.corpus_from_texts(lee.texts[:40], name="lee40")
+    topics = tp.fit_lda(small, num_topics=3, passes=5, no_below=2)
+    wt = topics.word_topics()
+    chunk = tp.chunk_text(tok, small.texts[0], max_pieces=64)[0]
+    with torch.no_grad():
+        out = model(input_ids=torch.as_tensor(chunk.input_ids)[None], output_attentions=True)
+    pattern = torch.stack(out.attentions, dim=1)[0].double()                 # (L, H, P, P)
+    assert pattern.shape == (6, 12, chunk.num_pieces, chunk.num_pieces)
+    word = tp.pool_attention(pattern, chunk.word_index, pieces="sum")        # (L, H, W, W)
+    rows = word.sum(-1)
+    special = pattern[..., chunk.word_index < 0].sum(-1)                     # weight on [CLS]/[SEP], (L, H, P)
+    first = torch.as_tensor(chunk.first_piece)
+    single = torch.as_tensor(chunk.pieces_per_word() == 1)
+    # a one-piece word's row is its piece's row minus the weight on special tokens
+    torch.testing.assert_close(rows[..., single], 1.0 - special[..., first[single]], atol=1e-5, rtol=0)
+    st = tp.attention_stats(model, tok, small, wt, max_docs=5, chunks_per_doc=1, n_boot=200)
+    assert st.shape == (6, 12) and np.isfinite(st.gap).all()
+    emb = tp.embedding_stats(model, tok, wt, n_boot=100)
+    assert np.isfinite(emb.cosine.gap) and emb.num_words > 10

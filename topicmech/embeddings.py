@@ -37,6 +37,7 @@ from .utils import check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES",
+    "SHORT_PHASES",
     "embedding_model",
     "train_in_phases",
     "topic_spread",
@@ -49,6 +50,8 @@ __all__ = [
 
 #: Learning-rate schedule of chapter 3: ``(steps, lr)`` per phase, Adam, batch 256.
 DEFAULT_PHASES: tuple[tuple[int, float], ...] = ((300, 1e-2), (300, 3e-3), (400, 1e-3))
+#: Half as long, for qualitative checks (chapter 3 uses it for cross-entropy).
+SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1e-3))
 
 
 def _as_array(x: torch.Tensor | np.ndarray, name: str) -> np.ndarray:
