@@ -90,13 +90,14 @@ def worker(impl: str, threads: int, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5, help="runs per configuration of the fast path")
+    ap.add_argument("--runs", type=int, default=5, help="runs of the fast path (at most 3 with 2+ threads)")
     ap.add_argument("--generic-runs", type=int, default=3, help="runs of the general training loop (0: skip)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--name", default="demo", help="results/<name>.json")
     args = ap.parse_args(argv)
     script = Path(__file__).resolve()
-    configs = [("fast", t, args.runs) for t in args.threads]
+    # two threads on two shared cores can be 10-30x slower: fewer runs there
+    configs = [("fast", t, args.runs if t == 1 else min(args.runs, 3)) for t in args.threads]
     if args.generic_runs > 0:
         configs.append(("generic", 1, args.generic_runs))
     load_before = C.load_average()

@@ -10,7 +10,7 @@ measured two ways: ``train()``, the package's loop (fresh BERT masks every step,
 checks on), and ``step only``, the model's forward, cross-entropy at the selected
 positions, backward and ``torch.optim.Adam`` on one fixed masked batch.
 
-    python benchmarks/bench_learned.py [--runs 5] [--steps 200]
+    python benchmarks/bench_learned.py [--runs 3] [--steps 30]
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def measure(threads: int, runs: int, steps: int, batch: int = 40, N: int = 150, 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30, help="optimisation steps per timed run")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args(argv)
     script = Path(__file__).resolve()

@@ -26,7 +26,7 @@ import _common as C  # noqa: E402
 
 BENCHMARKS = {
     "demo": ("bench_demo.py", [], ["--runs", "3", "--generic-runs", "1"]),
-    "learned": ("bench_learned.py", [], ["--runs", "3", "--steps", "50"]),
+    "learned": ("bench_learned.py", [], ["--runs", "2", "--steps", "15"]),
     "data": ("bench_data.py", [], ["--runs", "3", "--ref-docs", "100", "--docs", "4000"]),
     "theory": ("bench_theory.py", [], ["--runs", "3", "--dense-max", "1000"]),
     "scaling": ("bench_scaling.py", [], ["--runs", "2"]),

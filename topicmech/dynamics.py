@@ -873,7 +873,7 @@ def plot_tracked(
     title: str | None = None,
     shade: bool = True,
     legend: bool = True,
-    log_steps: bool = False,
+    step_scale: Literal["linear", "sqrt", "log"] = "linear",
 ) -> Any:
     """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss.
 
@@ -895,9 +895,9 @@ def plot_tracked(
         Shade the stages.
     legend : bool
         Draw legends.
-    log_steps : bool
-        Logarithmic step axis (linear below step 10), so a short stage 1 stays visible
-        next to a long stage 2.
+    step_scale : {"linear", "sqrt", "log"}
+        Scale of the step axis. ``"sqrt"`` (square root) or ``"log"`` (logarithmic, linear
+        below step 10) keep a short stage 1 visible next to a long stage 2.
 
     Returns
     -------
@@ -937,9 +937,15 @@ def plot_tracked(
         ax_v.text(run.times.value_step, 0.92 * ymax, " stage 1", ha="left", va="top", fontsize=8, color="C0")
         if run.times.attention_step is not None:
             ax_v.text(run.times.attention_step, 0.92 * ymax, " stage 2", ha="left", va="top", fontsize=8, color="C1")
-    if log_steps:
+    if step_scale == "log":
         ax_l.set_xscale("symlog", linthresh=10)
-        ax_l.set_xlim(0, float(s[-1]))
+    elif step_scale == "sqrt":
+        ax_l.set_xscale("function", functions=(np.sqrt, np.square))
+        ticks = [t for t in (0, 20, 100, 250, 500, 1000, 2000, 4000, 8000, 16000) if t <= s[-1]]
+        ax_l.set_xticks(ticks)
+    elif step_scale != "linear":
+        raise ValueError(f"step_scale must be 'linear', 'sqrt' or 'log', got {step_scale!r}")
+    ax_l.set_xlim(0, float(s[-1]))
     if legend:
         for ax in axes:
             ax.legend(fontsize=7, loc="best")

@@ -478,7 +478,8 @@ class TopicModel:
         """A table with one row per topic and its ``n`` top words."""
         import pandas as pd
 
-        return pd.DataFrame({"topic": range(self.num_topics), "top words": [", ".join(w) for w in self.top_words(n)]}).set_index("topic")
+        words = [", ".join(w) for w in self.top_words(n)]
+        return pd.DataFrame({"topic": range(self.num_topics), "top words": words}).set_index("topic")
 
     def word_topics(self, top_k: int = 1, threshold: float = 0.0) -> WordTopics:
         """Topics of each LDA word: its top ``top_k`` topics with p(topic | word) >= ``threshold``.
@@ -1111,7 +1112,9 @@ def embedding_pair_stats(
     ValueError
         On shape mismatch, a word without a topic, or no pair in one of the relations.
     """
-    X = vectors.detach().cpu().double().numpy() if isinstance(vectors, torch.Tensor) else np.asarray(vectors, dtype=np.float64)
+    if isinstance(vectors, torch.Tensor):
+        vectors = vectors.detach().cpu().double().numpy()
+    X = np.asarray(vectors, dtype=np.float64)                            # (n, d)
     M = np.asarray(membership, dtype=bool)
     if X.ndim != 2 or M.ndim != 2 or X.shape[0] != M.shape[0]:
         raise ValueError(f"vectors (n, d) and membership (n, T) must agree, got {X.shape} and {M.shape}")
@@ -1463,7 +1466,7 @@ def attention_stats_from_sums(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = S.sum(axis=0) / tot_n[:, None, None]                         # (4, L, H)
         Cb = _resample_counts(S.shape[0], n_boot, rng)                        # (B, n_docs)
-        bs = np.einsum("bn,nlh->blh", Cb, S[:, 2] ) / (Cb @ N[:, 2])[:, None, None]
+        bs = np.einsum("bn,nlh->blh", Cb, S[:, 2]) / (Cb @ N[:, 2])[:, None, None]
         bd = np.einsum("bn,nlh->blh", Cb, S[:, 3]) / (Cb @ N[:, 3])[:, None, None]
     boot_gap = bs - bd                                                        # (B, L, H)
     lo, hi = _percentile_ci(boot_gap, level)
@@ -1657,11 +1660,23 @@ def probe(
     The same call works for any :class:`Corpus` and any BERT-like encoder; see the
     functions it chains (:func:`fit_lda`, :meth:`TopicModel.word_topics`,
     :func:`embedding_stats`, :func:`embedding_stats_by_threshold`,
-    :func:`attention_stats`) for the parameters.
+    :func:`attention_stats`) for the parameters. ``top_k`` and ``threshold`` define the
+    word-to-topic map used by both statistics; ``thresholds`` are swept for statistic (a)
+    with ``top_k=1``.
+
+    Returns
+    -------
+    ProbeResult
+
+    See Also
+    --------
+    Book chapter 8, *Real text and a pretrained transformer*, which calls this for the
+    Wikipedia sample and the Lee corpus.
     """
     topics = fit_lda(corpus, num_topics=num_topics, passes=passes, seed=seed, cache_dir=cache_dir)
     wt = topics.word_topics(top_k=top_k, threshold=threshold)
     emb = embedding_stats(model, tokenizer, wt, n_boot=n_boot_embedding, level=level, seed=seed)
+    # the threshold sweep runs once per threshold, with half the replicates (at least 200)
     by_thr = embedding_stats_by_threshold(model, tokenizer, topics, thresholds, n_boot=max(200, n_boot_embedding // 2),
                                           level=level, seed=seed)
     att = attention_stats(model, tokenizer, corpus, wt, max_pieces=max_pieces, chunks_per_doc=chunks_per_doc,

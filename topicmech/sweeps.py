@@ -25,9 +25,13 @@ Map of the module
   word embeddings) and :func:`head_attention` (attention by relation for every layer and
   head).
 * **Closed forms along a sweep**: :func:`value_blocks_along` evaluates
-  :func:`topicmech.theory.value_block_coefficients` along one parameter (O(1) per point).
+  :func:`topicmech.theory.value_block_coefficients` along one parameter (O(1) per point);
+  :func:`stage2_drive` is the exact initial stage-2 growth eigenvalue (hidden keys) and
+  :func:`stage2_drive_point` compares it with a Monte-Carlo estimate.
 * **Tidy tables**: :func:`tidy` flattens a :class:`topicmech.dynamics.Sweep` into a list
-  of flat dicts (one row per run), :func:`aggregate` groups rows and summarises columns
+  of flat dicts (one row per run), :func:`sweep_axes` varies one parameter at a time
+  around a base point (one panel per parameter) and returns such rows directly,
+  :func:`aggregate` groups rows and summarises columns
   (mean, std, min, max, n). No pandas needed; ``pandas.DataFrame(rows)`` displays them.
 
 Conventions are the package's (notation page): ``W_V[out, in]``, attention patterns
@@ -39,11 +43,10 @@ released code).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from . import theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel
@@ -52,7 +55,7 @@ from .fast import train_uniform
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_masking, check_positive_int
+from .utils import check_positive_int, seed_everything
 
 __all__ = [
     "lda_effective_topics",
@@ -67,7 +70,10 @@ __all__ = [
     "compensation_run",
     "deep_run",
     "value_blocks_along",
+    "stage2_drive",
+    "stage2_drive_point",
     "tidy",
+    "sweep_axes",
     "aggregate",
     "HANDICAPS",
     "SWEEP_PARAMETERS",
@@ -118,6 +124,23 @@ def _check_nonneg_float(name: str, value: object) -> float:
     if not (math.isfinite(x) and x >= 0):
         raise ValueError(f"{name} must be a finite float >= 0, got {value!r}")
     return x
+
+
+def _seed_list(seeds: Iterable[int] | int) -> list[int]:
+    """Distinct non-negative seeds; an int ``n`` means ``range(n)``."""
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        seeds = range(check_positive_int("seeds", seeds))
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise ValueError(f"seeds must be an int or an iterable of ints, got {seeds!r}")
+    out = list(seeds)
+    if not out:
+        raise ValueError("seeds must not be empty")
+    for s in out:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise ValueError(f"seeds must be non-negative ints, got {s!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {out!r}")
+    return [int(s) for s in out]
 
 
 def _check_topic_model(topic_model: object) -> TopicModel:
@@ -731,7 +754,8 @@ def deep_run(
         block means of the embeddings); ``"attention"`` (ndarray, shape
         (num_layers, num_heads, 4), :func:`head_attention`); ``"attn_ratio"`` (ndarray,
         shape (num_layers, num_heads), same / different topic); ``"min_ratio"`` and
-        ``"max_ratio"`` (floats, over all heads); ``"final_loss"`` (float).
+        ``"max_ratio"`` (floats, over all heads); ``"final_loss"`` (float); ``"W_E"``
+        (ndarray, shape (d, D), the trained embeddings).
     """
     _check_topic_model(topic_model)
     _check_bool("attend_to_masked", attend_to_masked)
@@ -751,6 +775,7 @@ def deep_run(
         "emb_same_topic": emb["same_topic"], "emb_diff_topic": emb["diff_topic"], "emb_contrast": emb["contrast"],
         "attention": att, "attn_ratio": ratio, "min_ratio": float(ratio.min()), "max_ratio": float(ratio.max()),
         "final_loss": float(np.mean(history.loss[-tail:])),
+        "W_E": model.W_E.detach().double().cpu().numpy(),
     }
 
 
@@ -821,6 +846,79 @@ def value_blocks_along(
     return out
 
 
+def stage2_drive(
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    doc_len: int | float,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+) -> float:
+    """Exact initial stage-2 drive on the topic contrasts, hidden keys (``attend_to_masked=False``).
+
+    At uniform attention with ``W^V`` at its stage-1 optimum, the gradient ``G = dL/dA``
+    acts on topic-contrast vectors as ``-lambda_G`` with
+    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` (:func:`topicmech.dynamics.topic_growth_eigenvalue`),
+    where ``g_d, g_s, g_t`` are its same-word, same-topic and different-topic entries
+    (:func:`topicmech.stage2.hidden_key_gradient`, exact at finite ``N``). Under SGD the
+    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``
+    (:func:`topicmech.stage2.predicted_growth_rate`), so ``lambda_G`` measures how strongly
+    stage 2 starts.
+
+    Parameters
+    ----------
+    num_topics, words_per_topic, topics_per_doc : int
+    doc_len : int or math.inf
+    mask_prob, keep_prob : float
+
+    Returns
+    -------
+    lambda_G : float
+        0 when ``topics_per_doc == 1`` (no different-topic key in any document).
+    """
+    from .stage2 import hidden_key_gradient
+
+    g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    return float(-((g["same_word"] - g["same_topic"]) + v * (g["same_topic"] - g["diff_topic"]))) + 0.0
+
+
+def stage2_drive_point(
+    seed: int,
+    *,
+    num_topics: int = 8,
+    words_per_topic: int = 4,
+    topics_per_doc: int = 2,
+    doc_len: int = 32,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    num_docs: int = 2000,
+) -> dict[str, float]:
+    """Monte-Carlo and exact stage-2 drive at one parameter point (hidden keys).
+
+    Written for :func:`sweep_axes`: estimates ``G = dL/dA`` at uniform attention with
+    ``W^V`` at the stage-1 optimum from ``num_docs`` sampled documents
+    (:func:`topicmech.theory.key_query_gradient`) and reduces it to ``lambda_G`` with
+    :func:`topicmech.dynamics.topic_growth_eigenvalue`.
+
+    Returns
+    -------
+    dict
+        ``"mc_drive"`` (Monte Carlo, this seed) and ``"exact_drive"``
+        (:func:`stage2_drive`).
+    """
+    from .dynamics import topic_growth_eigenvalue
+
+    W = theory.optimal_value_matrix(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob,
+                                    random_prob, attend_to_masked=False)
+    G = theory.key_query_gradient(W, num_topics, words_per_topic, topics_per_doc, doc_len, num_docs, mask_prob,
+                                  keep_prob, random_prob, attend_to_masked=False, seed=seed)   # (D, D)
+    topic = np.arange(num_topics * words_per_topic) // words_per_topic
+    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)),
+            "exact_drive": stage2_drive(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)}
+
+
 # ----------------------------------------------------------------------------------------
 # Tidy tables
 # ----------------------------------------------------------------------------------------
@@ -883,6 +981,78 @@ def tidy(sweep: Sweep, keys: Sequence[str] | None = None) -> list[dict[str, Any]
             elif keys is not None:
                 raise ValueError(f"result entry {k!r} is not a scalar (type {type(res[k]).__name__})")
         rows.append(row)
+    return rows
+
+
+def sweep_axes(
+    fn: Callable[..., Mapping[str, Any]],
+    axes: Mapping[str, Sequence[Any]],
+    seeds: Iterable[int] | int,
+    *,
+    base: Mapping[str, Any] | None = None,
+    reseed: bool = True,
+) -> list[dict[str, Any]]:
+    """Vary one parameter at a time around a base point, over several seeds; return tidy rows.
+
+    Unlike :func:`topicmech.dynamics.run_grid` (the full product of the axes), this
+    sweeps each axis separately with every other parameter at its ``base`` value, which
+    is what a figure with one panel per parameter needs. Points shared by several axes
+    (the base point itself) are run once and reused.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(seed=seed, **params)`` returning a mapping (e.g. :func:`stage1_point`).
+    axes : mapping of str to sequence
+        Parameter name to the values it takes, e.g. ``{"doc_len": [8, 16, 32]}``.
+    seeds : iterable of int, or int
+        As in :func:`topicmech.dynamics.run_seeds`.
+    base : mapping, optional
+        Values of the parameters while another one varies; passed on every call.
+    reseed : bool
+        Call :func:`topicmech.utils.seed_everything` before each call.
+
+    Returns
+    -------
+    rows : list of dict
+        ``{"param": axis, "value": value, "seed": seed, <scalar results>}``, axes in the
+        order given, then values, then seeds.
+
+    Examples
+    --------
+    >>> rows = sweep_axes(lambda seed, a=0, b=0: {"y": 10 * a + b}, {"a": [1, 2], "b": [5]}, seeds=1)
+    >>> [(r["param"], r["value"], r["y"]) for r in rows]
+    [('a', 1, 10), ('a', 2, 20), ('b', 5, 5)]
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {fn!r}")
+    if not isinstance(axes, Mapping) or not axes:
+        raise ValueError(f"axes must be a non-empty mapping of parameter names to values, got {axes!r}")
+    base = dict(base or {})
+    for k, vals in axes.items():
+        if k in ("seed", "param", "value"):
+            raise ValueError(f"axis names must not be 'seed', 'param' or 'value', got {k!r}")
+        if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable) or len(list(vals)) == 0:
+            raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
+    seed_list = _seed_list(seeds)
+    cache: dict[tuple, Mapping[str, Any]] = {}
+    rows = []
+    for axis, vals in axes.items():
+        for value in vals:
+            params = {**base, axis: value}
+            for seed in seed_list:
+                key = (seed, tuple(sorted((k, repr(v)) for k, v in params.items())))
+                if key not in cache:
+                    if reseed:
+                        seed_everything(seed)
+                    res = fn(seed=seed, **params)
+                    if not isinstance(res, Mapping):
+                        raise ValueError(f"fn must return a mapping, got {type(res).__name__}")
+                    cache[key] = res
+                res = cache[key]
+                row: dict[str, Any] = {"param": axis, "value": _plain(value), "seed": seed}
+                row.update({k: _plain(v) for k, v in res.items() if _is_scalar(v) and k not in row})
+                rows.append(row)
     return rows
 
 
