@@ -269,7 +269,7 @@ def test_attention_stats_rejects_model_without_attentions(tok):
 # ---------------------------------------------------------------- topics
 
 
-def _fake_topic_model() -> tp.TopicModel:
+def _fake_topic_model() -> tp.FittedLDA:
     from gensim.corpora import Dictionary
 
     dictionary = Dictionary([["apple", "pear", "car", "tree"]])
@@ -279,7 +279,7 @@ def _fake_topic_model() -> tp.TopicModel:
     tw[0, order] = [0.45, 0.45, 0.0, 0.10]
     tw[1, order] = [0.05, 0.0, 0.85, 0.10]
     lda = SimpleNamespace(num_topics=2, get_topics=lambda: tw)
-    return tp.TopicModel(lda, dictionary, "fake")
+    return tp.FittedLDA(lda, dictionary, "fake")
 
 
 def test_word_topics_top_k_and_threshold():

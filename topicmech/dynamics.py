@@ -3,8 +3,8 @@
 Book: chapter 6 (*Two stages in joint training*) introduces everything here; chapter 7
 (*Beyond the assumptions*) reuses :func:`run_seeds`, :func:`run_grid` and the probes.
 
-Map of the module
------------------
+**Map of the module.**
+
 * **Probes** (functions of a model, for ``topicmech.train.train(probes=...)``):
   :func:`value_gap` (relative distance of ``W^V`` to the stage-1 optimum ``W*``),
   :func:`heldout_batch` and :func:`attention_stats` (average attention by topic relation
@@ -148,7 +148,7 @@ def heldout_batch(
 
     Parameters
     ----------
-    topic_model : TopicModel
+    topic_model : topicmech.data.TopicModel
     num_docs, doc_len : int
     seed : int
         Seed of the batch; the default is shared by every run, so runs are compared on
@@ -210,7 +210,7 @@ def standard_probes(
 
     Parameters
     ----------
-    topic_model : TopicModel
+    topic_model : topicmech.data.TopicModel
         Supplies ``topic_of_word``.
     W_star : Tensor or ndarray, shape (D, D), or None
         Stage-1 optimum for ``"value_gap"``; None leaves that probe out.
@@ -363,7 +363,7 @@ def gradient_scaling(
     ----------
     init_scales : sequence of float
         At least two positive scales.
-    topic_model : TopicModel
+    topic_model : topicmech.data.TopicModel
     doc_len : int
     num_docs : int
         Documents in the batch.
@@ -761,7 +761,7 @@ def train_joint(
 
     Parameters
     ----------
-    topic_model : TopicModel
+    topic_model : topicmech.data.TopicModel
     doc_len : int
         ``N``.
     steps : int

@@ -11,8 +11,8 @@ Map of the module (each step is a plain function, so any piece can be swapped):
   sample in gensim's test data, read with gensim's own Wikipedia tools),
   :func:`load_lee_corpus` (the Lee news corpus, also in gensim) and
   :func:`corpus_from_texts` (any list of strings).
-* **Topics** -> :class:`TopicModel`: :func:`fit_lda` fits gensim's ``LdaModel`` with a fixed
-  ``random_state`` (optionally cached on disk). :meth:`TopicModel.word_topics` maps words
+* **Topics** -> :class:`FittedLDA`: :func:`fit_lda` fits gensim's ``LdaModel`` with a fixed
+  ``random_state`` (optionally cached on disk). :meth:`FittedLDA.word_topics` maps words
   to topics (top-k topics per word, optionally only topics above a probability
   threshold, i.e. topic-specific words, as in the paper's code) -> :class:`WordTopics`.
 * **Encoder**: :func:`load_encoder` / :func:`load_tokenizer` load any HuggingFace
@@ -83,7 +83,7 @@ __all__ = [
     "load_wikipedia_sample",
     "load_lee_corpus",
     "corpus_from_texts",
-    "TopicModel",
+    "FittedLDA",
     "WordTopics",
     "fit_lda",
     "bundled_model_path",
@@ -430,7 +430,7 @@ class WordTopics:
 
 
 @dataclass
-class TopicModel:
+class FittedLDA:
     """A fitted gensim LDA model with its dictionary and the word-to-topic maps.
 
     Attributes
@@ -537,7 +537,7 @@ def fit_lda(
     no_above: float = 0.5,
     iterations: int = 100,
     cache_dir: str | os.PathLike | None = None,
-) -> TopicModel:
+) -> FittedLDA:
     """Fit gensim's ``LdaModel`` to a corpus, seeded, so the same call gives the same topics.
 
     Documents are tokenised with :func:`lda_tokenize`; words in fewer than ``no_below``
@@ -568,7 +568,7 @@ def fit_lda(
 
     Returns
     -------
-    TopicModel
+    FittedLDA
 
     Raises
     ------
@@ -595,7 +595,7 @@ def fit_lda(
         path = Path(cache_dir) / f"lda-{corpus.name}-{_fingerprint(tokens, params)}.gensim"
         if path.is_file():
             lda = LdaModel.load(str(path))
-            return TopicModel(lda, lda.id2word, corpus.name)
+            return FittedLDA(lda, lda.id2word, corpus.name)
     dictionary = Dictionary(tokens)
     # no_below counts documents; with few documents, keep words that occur in all of them
     dictionary.filter_extremes(no_below=min(no_below, len(tokens)), no_above=no_above, keep_n=None)
@@ -612,7 +612,7 @@ def fit_lda(
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         lda.save(str(path))
-    return TopicModel(lda, dictionary, corpus.name)
+    return FittedLDA(lda, dictionary, corpus.name)
 
 
 # --------------------------------------------------------------------------------------
@@ -1211,7 +1211,7 @@ def embedding_stats(
 def embedding_stats_by_threshold(
     model: "PreTrainedModel | np.ndarray | torch.Tensor",
     tokenizer: "PreTrainedTokenizerBase",
-    topic_model: TopicModel,
+    topic_model: FittedLDA,
     thresholds: Sequence[float] = (0.0, 0.3, 0.5, 0.7),
     *,
     n_boot: int = 500,
@@ -1618,7 +1618,7 @@ class ProbeResult:
     Attributes
     ----------
     corpus : Corpus
-    topics : TopicModel
+    topics : FittedLDA
     word_topics : WordTopics
         The map used for both statistics.
     embedding : EmbeddingStats
@@ -1628,7 +1628,7 @@ class ProbeResult:
     """
 
     corpus: Corpus
-    topics: TopicModel
+    topics: FittedLDA
     word_topics: WordTopics
     embedding: EmbeddingStats
     by_threshold: "pd.DataFrame"
@@ -1658,7 +1658,7 @@ def probe(
     """Fit LDA to a corpus and measure statistics (a) and (b) of an encoder against it.
 
     The same call works for any :class:`Corpus` and any BERT-like encoder; see the
-    functions it chains (:func:`fit_lda`, :meth:`TopicModel.word_topics`,
+    functions it chains (:func:`fit_lda`, :meth:`FittedLDA.word_topics`,
     :func:`embedding_stats`, :func:`embedding_stats_by_threshold`,
     :func:`attention_stats`) for the parameters. ``top_k`` and ``threshold`` define the
     word-to-topic map used by both statistics; ``thresholds`` are swept for statistic (a)
