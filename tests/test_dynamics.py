@@ -330,6 +330,13 @@ def test_run_grid_sweeps_the_product_with_seeds_innermost():
         dynamics.run_grid(fn, {"n": []})
 
 
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(dynamics)
+    assert result.attempted > 0 and result.failed == 0, result
+
+
 # ---- chapter 6 claims over five seeds (slow) ------------------------------------------------
 
 SEEDS = range(5)

@@ -13,8 +13,13 @@ module                          book chapter
 :mod:`topicmech.train`          2 (first training run); used by 3-7
 :mod:`topicmech.probes`         2, 5 (block means, attention by topic relation)
 :mod:`topicmech.theory`         3 Embeddings; 4 Stage 1 (value matrix); 5 Stage 2
-:mod:`topicmech.dynamics`       6 Two stages in joint training; 7 Beyond the assumptions
+:mod:`topicmech.embeddings`     3 Embeddings learn topic structure
+:mod:`topicmech.stage1`         4 Stage 1: the value matrix becomes block-structured
+:mod:`topicmech.stage2`         5 Stage 2: attention learns topic structure
+:mod:`topicmech.dynamics`       6 Two stages in joint training
+:mod:`topicmech.sweeps`         7 Beyond the assumptions
 :mod:`topicmech.pretrained`     8 Real text and a pretrained transformer
+:mod:`topicmech.fast`           Performance (benchmarks)
 :mod:`topicmech.artifacts`      saving and loading trained models safely
 :mod:`topicmech.plotting`       all chapters (house style)
 :mod:`topicmech.utils`          all chapters (seeding, threads, quick/full mode)

@@ -301,7 +301,10 @@ def gradient_summary(
     num_topics: int,
     words_per_topic: int,
 ) -> GradientSummary:
-    """Summarise independent estimates of ``dL/dA`` (e.g. :func:`topicmech.theory.key_query_gradient` with different seeds).
+    """Summarise independent estimates of ``dL/dA``.
+
+    The estimates typically come from :func:`topicmech.theory.key_query_gradient` with
+    different seeds.
 
     Parameters
     ----------
@@ -543,8 +546,8 @@ def mask_query_attention(
     if docs.shape != inputs.shape:
         raise ValueError(f"docs must have the shape of inputs {tuple(inputs.shape)}, got {tuple(docs.shape)}")
     if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or selected.shape != inputs.shape:
-        raise ValueError(f"selected must be a BoolTensor of shape {tuple(inputs.shape)}, got "
-                         f"{getattr(selected, 'dtype', type(selected).__name__)} {tuple(getattr(selected, 'shape', ()))}")
+        got = f"{getattr(selected, 'dtype', type(selected).__name__)} {tuple(getattr(selected, 'shape', ()))}"
+        raise ValueError(f"selected must be a BoolTensor of shape {tuple(inputs.shape)}, got {got}")
     B, N = inputs.shape
     if not isinstance(pattern, torch.Tensor) or tuple(pattern.shape) != (B, N, N):
         raise ValueError(f"pattern must have shape {(B, N, N)}, got {tuple(getattr(pattern, 'shape', ()))}")
