@@ -23,7 +23,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}", re.M)
-END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}\s*\n\1\s*$", re.M)
+END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}[^\n]*\n\1[ \t]*$", re.M)
 NOTE = "*Solution removed in the students' edition.*"
 
 
@@ -37,6 +37,32 @@ def chapter_sources(book: Path) -> list[Path]:
     return out
 
 
+def _strip_text(text: str, inside: bool) -> tuple[str, bool, int]:
+    """Strip gated solutions from one markdown cell; return (kept text, still inside, count)."""
+    kept, removed = [], 0
+    while text:
+        if inside:
+            end = END.search(text)
+            if end is None:
+                return "".join(kept), True, removed  # the solution goes on past this cell
+            text, inside = text[end.end():], False
+            continue
+        start = START.search(text)
+        if start is None:
+            kept.append(text)
+            break
+        kept.append(text[: start.start()] + NOTE + "\n")
+        removed += 1
+        # skip the rest of the opening directive (its options and closing fence)
+        fence = start.group(1)
+        close = re.compile(rf"^{re.escape(fence)}\s*$", re.M)
+        after = text[start.end():]
+        m = close.search(after)
+        text = after[m.end():] if m else ""
+        inside = True
+    return "".join(kept), inside, removed
+
+
 def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, int]:
     """Remove gated solutions; return the new notebook and the number removed.
 
@@ -47,33 +73,14 @@ def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, i
     """
     cells, inside, removed = [], False, 0
     for cell in nb.cells:
-        if inside:
-            if cell.cell_type == "markdown" and "{solution-end}" in cell.source:
-                inside = False
-                m = END.search(cell.source)
-                rest = cell.source[m.end():] if m else cell.source.split("{solution-end}", 1)[1]
-                rest = rest.lstrip("\n`:")
-                if rest.strip():
-                    cell.source = rest
-                    cells.append(cell)
-            continue
-        if cell.cell_type == "markdown" and START.search(cell.source):
-            m = START.search(cell.source)
-            before = cell.source[: m.start()]
-            removed += 1
-            if "{solution-end}" in cell.source[m.start():]:
-                # the whole solution sits inside this markdown cell
-                after = cell.source[m.start():]
-                end = END.search(after)
-                tail = after[end.end():] if end else ""
-                cell.source = before + NOTE + "\n" + tail
+        if cell.cell_type == "markdown":
+            text, inside, n = _strip_text(cell.source, inside)
+            removed += n
+            if text.strip():
+                cell.source = text.strip("\n")
                 cells.append(cell)
-                continue
-            cell.source = before + NOTE
+        elif not inside:
             cells.append(cell)
-            inside = True
-            continue
-        cells.append(cell)
     if inside:
         raise ValueError("a {solution-start} gate has no matching {solution-end}")
     nb.cells = cells
