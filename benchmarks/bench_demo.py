@@ -45,6 +45,7 @@ def worker(impl: str, threads: int, seed: int) -> dict:
 
     import torch
 
+    rss_after_torch = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     torch.set_num_threads(threads)
     import topicmech as tm
     from topicmech import fast
@@ -82,6 +83,7 @@ def worker(impl: str, threads: int, seed: int) -> dict:
         "process_s": time.perf_counter() - T_START,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_after_import_mib": rss_after_import,
+        "rss_after_torch_mib": rss_after_torch,
         "final_loss_mean_last_100": sum(hist.loss[-100:]) / 100,
         "block_means": {"diag": bm.diag, "same_topic": bm.same_topic, "diff_topic": bm.diff_topic},
         "load_after": C.load_average(),

@@ -31,7 +31,7 @@ Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``
 output, columns = input); attention patterns are ``(batch, query, key)``.
 """
 
-from . import artifacts, data, model, plotting, probes, theory, train, utils
+from . import artifacts, data, model, probes, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
@@ -39,6 +39,19 @@ from .train import train as train_model
 from .utils import MODE, is_full, seed_everything, setup_notebook
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Import the plotting and pretrained modules on first use.
+
+    They pull in matplotlib, seaborn and pandas (or gensim and transformers), which would
+    add over 100 MiB and seconds of start-up to every script that only trains a model.
+    """
+    if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 __all__ = [
     "artifacts", "data", "model", "plotting", "probes", "theory", "train", "utils",

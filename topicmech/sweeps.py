@@ -4,8 +4,8 @@ Book: chapter 7 (*Beyond the assumptions*) calls everything here, and
 ``tests/test_sweeps.py`` re-checks the chapter's claims over several seeds with the
 same functions, so the book and the tests cannot drift apart.
 
-Map of the module
------------------
+**Map of the module.**
+
 * **LDA data, exactly** (section 1 of the chapter): the squared-loss optimum under
   uniform attention depends on the data only through the first two moments of a
   document's word distribution, and LDA with concentration ``alpha`` has the second
@@ -32,7 +32,7 @@ Map of the module
   of flat dicts (one row per run), :func:`sweep_axes` varies one parameter at a time
   around a base point (one panel per parameter) and returns such rows directly,
   :func:`aggregate` groups rows and summarises columns
-  (mean, std, min, max, n). No pandas needed; ``pandas.DataFrame(rows)`` displays them.
+  (mean, std, min, max, count). No pandas needed; ``pandas.DataFrame(rows)`` displays them.
 
 Conventions are the package's (notation page): ``W_V[out, in]``, attention patterns
 ``(batch, query, key)``, ``[MASK]`` is the last token id. Every run says which
@@ -592,6 +592,8 @@ def head_attention(
         same topic, different topic), each a multiple of uniform attention; the topic
         ratio of head ``(l, h)`` is ``stats[l, h, 2] / stats[l, h, 3]``.
     """
+    if not callable(getattr(model, "run_with_cache", None)):
+        raise ValueError(f"model must be a OneLayerTransformer or TwoLayerTransformer, got {type(model).__name__}")
     with torch.no_grad():
         cache = model.run_with_cache(inputs, selected)
     if "attn.pattern" in cache:                                                    # one-layer model
@@ -1078,7 +1080,7 @@ def aggregate(
     summary : list of dict
         One row per group: the ``by`` columns, then ``"{col}_mean"``, ``"{col}_std"``
         (sample standard deviation, 0 for one row), ``"{col}_min"``, ``"{col}_max"`` for
-        each column, and ``"n"`` (rows in the group). Python floats throughout.
+        each column, and ``"count"`` (rows in the group). Python floats throughout.
 
     Examples
     --------
@@ -1105,6 +1107,6 @@ def aggregate(
             row[f"{col}_std"] = float(x.std(ddof=1)) if x.size > 1 else 0.0
             row[f"{col}_min"] = float(x.min())
             row[f"{col}_max"] = float(x.max())
-        row["n"] = len(members)
+        row["count"] = len(members)
         out.append(row)
     return out
