@@ -117,8 +117,11 @@ def browser():
     if not _pages():
         _skip_or_fail("no built book in _build/html: run `make book` first")
     sync_api = pytest.importorskip("playwright.sync_api")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
-    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # keep the test output readable
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
