@@ -96,6 +96,8 @@ def export(out: Path, strip: bool, book: Path = ROOT / "book") -> list[Path]:
         if strip:
             nb, n = strip_solutions(nb)
             print(f"{src.name}: removed {n} solution(s)")
+        for i, cell in enumerate(nb.cells):  # stable ids: regenerating gives identical files
+            cell.id = f"{src.stem}-{i:03d}"
         nb.metadata.pop("jupytext", None)
         nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
         dest = out / (src.stem + ".ipynb")

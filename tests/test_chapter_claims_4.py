@@ -22,7 +22,7 @@ T, V_PER, TAU, N = 10, 10, 2, 64
 V, D = T * V_PER, T * V_PER + 1
 MASKING = dict(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
 SETTING = dict(num_topics=T, words_per_topic=V_PER, topics_per_doc=TAU, doc_len=N, **MASKING)
-SEEDS = range(5)
+SEEDS = range(10)  # issue 7: theorem claims re-checked over >= 10 seeds
 CONVENTIONS = (True, False)
 TOLERANCE = 0.01  # on every trained block mean (issue 3's done-when)
 
