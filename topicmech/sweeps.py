@@ -306,19 +306,10 @@ def lda_optimal_value_matrix(
     D = Sigma.shape[0]
     V = D - 1
     if attend_to_masked:
-        return _solve_right(C, Sigma, lam)
+        return theory._solve_right(C, Sigma, lam)
     W = np.zeros((D, D))
-    W[:V, :V] = _solve_right(C[:V, :V], Sigma[:V, :V], lam)
+    W[:V, :V] = theory._solve_right(C[:V, :V], Sigma[:V, :V], lam)
     return W
-
-
-def _solve_right(C: np.ndarray, Sigma: np.ndarray, l2: float) -> np.ndarray:
-    """``C (Sigma + l2 I)^{-1}``; minimum norm ``C Sigma^+`` when singular (``N = inf``)."""
-    S = Sigma + l2 * np.eye(Sigma.shape[0])
-    evals = np.linalg.eigvalsh(0.5 * (S + S.T))
-    if float(evals.min()) > 1e-9 * float(np.abs(evals).max()):
-        return np.linalg.solve(S.T, C.T).T
-    return C @ np.linalg.pinv(S, rcond=1e-12, hermitian=True)
 
 
 def lda_value_blocks(
