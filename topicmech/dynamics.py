@@ -46,7 +46,7 @@ from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, topic_contrasts
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import check_positive_int, seed_everything
+from .utils import check_seeds, check_positive_int, seed_everything
 
 __all__ = [
     "ATTENTION_FIELDS",
@@ -1093,20 +1093,6 @@ class Sweep:
                 "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
 
 
-def _check_seeds(seeds: Iterable[int] | int) -> list[int]:
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        seeds = range(check_positive_int("seeds", seeds))
-    out = list(seeds)
-    if not out:
-        raise ValueError("seeds must not be empty")
-    for s in out:
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"seeds must be non-negative ints, got {s!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {out!r}")
-    return [int(s) for s in out]
-
-
 def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True) -> Sweep:
     """Call ``fn(seed)`` once per seed and collect the results.
 
@@ -1143,7 +1129,7 @@ def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: b
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     records = []
-    for seed in _check_seeds(seeds):
+    for seed in check_seeds(seeds):
         if reseed:
             seed_everything(seed)
         records.append({"seed": seed, "result": fn(seed)})
@@ -1192,7 +1178,7 @@ def run_grid(
             raise ValueError(f"grid keys must not be 'seed' or 'result', got {k!r}")
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable) or len(list(vals)) == 0:
             raise ValueError(f"grid[{k!r}] must be a non-empty sequence, got {vals!r}")
-    seed_list = _check_seeds(seeds)
+    seed_list = check_seeds(seeds)
     keys = list(grid)
     records = []
     for combo in itertools.product(*(list(grid[k]) for k in keys)):

@@ -55,7 +55,7 @@ from .fast import train_uniform
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_positive_int, seed_everything
+from .utils import check_seeds, check_positive_int, seed_everything
 
 __all__ = [
     "lda_effective_topics",
@@ -124,23 +124,6 @@ def _check_nonneg_float(name: str, value: object) -> float:
     if not (math.isfinite(x) and x >= 0):
         raise ValueError(f"{name} must be a finite float >= 0, got {value!r}")
     return x
-
-
-def _seed_list(seeds: Iterable[int] | int) -> list[int]:
-    """Distinct non-negative seeds; an int ``n`` means ``range(n)``."""
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        seeds = range(check_positive_int("seeds", seeds))
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
-        raise ValueError(f"seeds must be an int or an iterable of ints, got {seeds!r}")
-    out = list(seeds)
-    if not out:
-        raise ValueError("seeds must not be empty")
-    for s in out:
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"seeds must be non-negative ints, got {s!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {out!r}")
-    return [int(s) for s in out]
 
 
 def _check_topic_model(topic_model: object) -> TopicModel:
@@ -1027,7 +1010,7 @@ def sweep_axes(
             raise ValueError(f"axis names must not be 'seed', 'param' or 'value', got {k!r}")
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable) or len(list(vals)) == 0:
             raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
-    seed_list = _seed_list(seeds)
+    seed_list = check_seeds(seeds)
     cache: dict[tuple, Mapping[str, Any]] = {}
     rows = []
     for axis, vals in axes.items():

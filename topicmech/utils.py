@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable
 from typing import Literal
 
 import numpy as np
@@ -139,6 +140,26 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_seeds(seeds: "Iterable[int] | int") -> list[int]:
+    """Distinct non-negative seeds as a list; an int ``n`` means ``range(n)``.
+
+    Raises ``ValueError`` naming ``seeds`` for an empty, repeated or non-integer list.
+    """
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        seeds = range(check_positive_int("seeds", seeds))
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise ValueError(f"seeds must be an int or an iterable of ints, got {seeds!r}")
+    out = list(seeds)
+    if not out:
+        raise ValueError("seeds must not be empty")
+    for s in out:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise ValueError(f"seeds must be non-negative ints, got {s!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {out!r}")
+    return [int(s) for s in out]
 
 
 def check_probability(name: str, value: object) -> float:
