@@ -1,8 +1,9 @@
 # Verbs for the round trip. Every target creates or reuses the virtual environment .venv.
 #   make book       install everything, build the HTML book (executes every chapter)
-#   make test       install everything, run unit tests and every chapter through nbval
+#   make test       install everything, lint (ruff), run unit tests and every chapter through nbval
 #   make test-fast  unit tests only (no notebooks, no slow multi-seed checks)
 #   make notebooks  regenerate notebooks/*.ipynb from book/*.md (committed, for Colab)
+#   make check-exported  run exported notebooks in a fresh environment outside the repository
 #   make students   students' edition: notebooks with exercise solutions removed
 #   make bench      run the benchmarks and print their tables
 #   make clean      remove build outputs (keeps .venv)
@@ -17,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test test-fast test-notebooks notebooks students bench browser-test clean
+.PHONY: install book test test-fast test-notebooks notebooks check-exported students bench browser-test clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -37,6 +38,7 @@ book: $(STAMP)
 	@echo "Book written to _build/html/index.html"
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile --durations=15 -m "slow or not slow"
 
 test-fast: $(STAMP)
@@ -47,6 +49,9 @@ test-notebooks: $(STAMP)
 
 notebooks: $(STAMP)
 	$(BIN)/python scripts/make_notebooks.py --out notebooks
+
+check-exported:
+	PYTHON=$(PYTHON) bash scripts/check_exported.sh
 
 students: $(STAMP)
 	$(BIN)/python scripts/make_notebooks.py --out _build/students --strip-solutions

@@ -2,18 +2,28 @@
 
 Usage::
 
-    python scripts/make_notebooks.py --out _build/notebooks
+    python scripts/make_notebooks.py --out notebooks
     python scripts/make_notebooks.py --out _build/students --strip-solutions
 
 With ``--strip-solutions`` every gated solution (``{solution-start}`` ... ``{solution-end}``,
 including the code cells between the gates) is replaced by a one-line note, giving a
 students' edition. The chapter list comes from the book folder: every ``book/*.md`` with a
-jupytext header, except files whose name starts with ``_``.
+jupytext header, except files whose name starts with ``_`` and the pages in ``EXCLUDED``.
+
+The exported notebooks run anywhere (Colab, Binder, a fresh virtual environment), without
+Jupyter Book and without the repository:
+
+* the install cell installs ``topicmech[notebooks]`` at this release (``__version__``) when
+  the package is missing; the extra brings everything a chapter imports;
+* ``from myst_nb import glue`` becomes a fallback: myst_nb's ``glue`` when it is installed,
+  otherwise a stand-in that records each value in a dict (``GLUED``) and shows it when
+  ``display`` is true.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -25,6 +35,65 @@ ROOT = Path(__file__).resolve().parents[1]
 START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}", re.M)
 END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}[^\n]*\n\1[ \t]*$", re.M)
 NOTE = "*Solution removed in the students' edition.*"
+REPO_URL = "https://github.com/topicmech/topicmech.git"
+# Pages that cannot run outside the repository, with the reason.
+EXCLUDED = {"performance": "reads the stored benchmark results in benchmarks/results/"}
+GLUE_IMPORT = re.compile(r"^([ \t]*)from myst_nb import glue[ \t]*$", re.M)
+GLUE_FALLBACK = '''try:
+    from myst_nb import glue
+except ImportError:  # outside Jupyter Book: record glued values, show them on request
+    from IPython.display import display as _display
+
+    GLUED = {}
+
+    def glue(name, value, display=True):
+        """Record ``value`` under ``name`` in ``GLUED``; show it when ``display`` is true."""
+        GLUED[name] = value
+        if display:
+            _display(value)'''
+
+
+def package_version(init: Path = ROOT / "topicmech" / "__init__.py") -> str:
+    """``topicmech.__version__``, read from the source without importing torch."""
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == "__version__"):
+            return str(ast.literal_eval(node.value))
+    raise ValueError(f"no __version__ in {init}")
+
+
+def install_source(version: str) -> str:
+    """The install cell: this release of ``topicmech[notebooks]``, only when it is missing."""
+    return (
+        "# Colab / Binder / a fresh environment: install the companion package (this release,\n"
+        "# with everything the chapters import) when it is missing.\n"
+        "try:\n"
+        "    import topicmech\n"
+        "except ImportError:\n"
+        f'    %pip install -q "topicmech[notebooks] @ git+{REPO_URL}@v{version}"'
+    )
+
+
+def _is_install_cell(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and "%pip install" in cell.source and "topicmech" in cell.source
+
+
+def make_portable(nb: nbformat.NotebookNode, version: str) -> nbformat.NotebookNode:
+    """Pin the install cell to ``version`` (adding one if missing) and make ``glue`` optional."""
+    install = [c for c in nb.cells if _is_install_cell(c)]
+    for cell in install:
+        cell.source = install_source(version)
+    if not install:
+        first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+        cell = nbformat.v4.new_code_cell(install_source(version))
+        cell.metadata["tags"] = ["remove-cell"]
+        nb.cells.insert(first_code, cell)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and GLUE_IMPORT.search(cell.source):
+            cell.source = GLUE_IMPORT.sub(
+                lambda m: "\n".join(m.group(1) + line if line else line for line in GLUE_FALLBACK.splitlines()),
+                cell.source)
+    return nb
 
 
 def chapter_sources(book: Path) -> list[Path]:
@@ -32,7 +101,8 @@ def chapter_sources(book: Path) -> list[Path]:
     out = []
     for path in sorted(book.glob("*.md")):
         head = path.read_text(encoding="utf-8")[:600]
-        if not path.name.startswith("_") and head.startswith("---") and "kernelspec" in head:
+        if (not path.name.startswith("_") and path.stem not in EXCLUDED
+                and head.startswith("---") and "kernelspec" in head):
             out.append(path)
     return out
 
@@ -90,12 +160,19 @@ def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, i
 def export(out: Path, strip: bool, book: Path = ROOT / "book") -> list[Path]:
     """Write one ``.ipynb`` per chapter into ``out``; return the written paths."""
     out.mkdir(parents=True, exist_ok=True)
+    for stem, why in EXCLUDED.items():  # drop stale copies of pages that are not exported
+        stale = out / f"{stem}.ipynb"
+        if stale.exists():
+            stale.unlink()
+            print(f"removed {stale} (not exported: it {why})")
+    version = package_version()
     written = []
     for src in chapter_sources(book):
         nb = jupytext.read(src)
         if strip:
             nb, n = strip_solutions(nb)
             print(f"{src.name}: removed {n} solution(s)")
+        nb = make_portable(nb, version)
         for i, cell in enumerate(nb.cells):  # stable ids: regenerating gives identical files
             cell.id = f"{src.stem}-{i:03d}"
         nb.metadata.pop("jupytext", None)

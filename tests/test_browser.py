@@ -67,7 +67,7 @@ class _Links(HTMLParser):
             self.hrefs.append(d["href"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(path: Path) -> _Links:
     p = _Links()
     p.feed(path.read_text(encoding="utf-8"))

@@ -2,8 +2,12 @@
 
 Every claim the chapter asserts (book/04_value_matrix.md, quick mode) is re-checked here:
 the exact claims once (they are deterministic), over several parameter sets; the sampled
-and trained claims over five seeds, in both visibility conventions, with the chapter's
-settings (the schedules live in :mod:`topicmech.stage1`, so the two cannot drift).
+and trained claims over ten seeds, in both visibility conventions, with the chapter's
+settings and margins. The chapter and these tests both pass the fixed schedules
+``stage1.SQUARED_SCHEDULE`` and ``stage1.CROSS_ENTROPY_SCHEDULE`` explicitly, so a change
+of the package's default schedule cannot make them drift apart. Trained and fitted block
+means are compared on relative scales (an absolute tolerance of 0.01 could not tell
+``gamma* ~ -0.0014`` or ``mu* = 0.01`` from 0). ``TOPICMECH_SEED_OFFSET`` shifts every seed.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ T, V_PER, TAU, N = 10, 10, 2, 64
 V, D = T * V_PER, T * V_PER + 1
 MASKING = dict(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
 SETTING = dict(num_topics=T, words_per_topic=V_PER, topics_per_doc=TAU, doc_len=N, **MASKING)
-SEEDS = range(10)  # issue 7: theorem claims re-checked over >= 10 seeds
+SEEDS = range(10)  # every sampled or trained claim is re-checked over ten seeds
 CONVENTIONS = (True, False)
-TOLERANCE = 0.01  # on every trained block mean (issue 3's done-when)
+# Margins on |relative error| (see relative_errors), the same as in the chapter.
+TRAIN_MARGIN = {"boost": 0.1, "topic": 0.02, "diff_topic": 0.25, "mask_col": 1e-3}
+FIT_MARGIN = {"boost": 0.15, "topic": 0.02, "diff_topic": 0.25, "mask_col": 1e-8}
+RIDGE_MARGIN = {"boost": 0.25, "topic": 0.02, "diff_topic": 0.1, "mask_col": 0.1}
 
 # Other parameter sets for the exact claims.
 OTHER_SETTINGS = [
@@ -33,6 +40,23 @@ OTHER_SETTINGS = [
     dict(num_topics=3, words_per_topic=5, topics_per_doc=2, doc_len=200, mask_prob=0.05, keep_prob=0.5, random_prob=0.0),
 ]
 ALL_SETTINGS = [SETTING] + OTHER_SETTINGS
+
+
+def relative_errors(learned: theory.ValueBlocks, target: theory.ValueBlocks, visible: bool) -> dict[str, float]:
+    """Errors of learned orbit means on the scale of each exact quantity (as in the chapter)."""
+    topic = target.same_topic - target.diff_topic
+    boost_scale = target.diag - target.same_topic if visible else topic  # hidden keys: alpha* = beta*
+    return {
+        "boost": ((learned.diag - learned.same_topic) - (target.diag - target.same_topic)) / boost_scale,
+        "topic": (learned.same_topic - learned.diff_topic) / topic - 1,
+        "diff_topic": (learned.diff_topic - target.diff_topic) / abs(target.diff_topic),
+        "mask_col": (learned.mask_col - target.mask_col) / target.mask_col if visible else learned.mask_col,
+    }
+
+
+def assert_within(errors: dict[str, float], margins: dict[str, float], context: object) -> None:
+    for key, margin in margins.items():
+        assert abs(errors[key]) < margin, (context, key, errors[key], margin)
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +89,68 @@ def test_block_form_two_routes_and_same_beats_diff(params, si):
     assert theory.orbit_deviation(W, T_, v_) < 1e-10
     assert np.abs(W[V_]).max() == 0.0
     assert blocks.same_topic > blocks.diff_topic
-    # every column sums to one over the word rows (Proposition, third bullet)
+    # every attended column sums to one over the word rows (Proposition, third bullet) ...
     cols = W[:V_, : V_ + 1] if si else W[:V_, :V_]
     assert np.abs(cols.sum(axis=0) - 1).max() < 1e-10
+    if not si:  # ... while the free [MASK] column of the hidden-keys optimum is set to 0
+        assert np.abs(W[:, V_]).max() == 0.0
+    # the weighted gap is the topic eigenvalue over v
+    gap = theory.weighted_block_gap(**params, attend_to_masked=si)
+    assert abs(gap - blocks.topic_eigenvalue / v_) < 1e-12
+
+
+@pytest.mark.parametrize("params", ALL_SETTINGS)
+@pytest.mark.parametrize("si", CONVENTIONS)
+def test_sigma_positive_definite_on_attended_tokens(params, si):
+    """Theorem part 1: Sigma > 0 on all D tokens (visible keys) or on the words, >= kappa/V (hidden)."""
+    T_, v_ = params["num_topics"], params["words_per_topic"]
+    V_ = T_ * v_
+    Sigma, _ = theory.moments(**params, attend_to_masked=si)
+    if si:
+        assert np.linalg.eigvalsh(Sigma).min() > 0
+    else:
+        bound = theory.kappa(params["doc_len"], params["mask_prob"]) / V_
+        assert np.linalg.eigvalsh(Sigma[:V_, :V_]).min() >= bound * (1 - 1e-9)
+
+
+def test_sigma_singular_without_mask_token():
+    """Visible keys with p_[M] = 0: the [MASK] row of Sigma vanishes; the optimum leaves that column at 0."""
+    params = {**SETTING, "mask_prob": 0.9, "keep_prob": 0.5, "random_prob": 0.5}
+    Sigma, _ = theory.moments(**params, attend_to_masked=True)
+    assert np.abs(Sigma[V]).max() == 0.0 and np.abs(Sigma[:, V]).max() == 0.0
+    assert np.linalg.eigvalsh(Sigma[:V, :V]).min() > 0
+    W = theory.optimal_value_matrix(**params, attend_to_masked=True)
+    assert np.abs(W[:, V]).max() == 0.0
+
+
+@pytest.mark.parametrize("si", CONVENTIONS)
+def test_weighted_gap_tends_to_the_authors_constant(si):
+    """Theorem part 4 in the chapter's two settings: Richardson-extrapolated gap = closed form to 1e-6."""
+    a = 1 - (1 - MASKING["keep_prob"]) * MASKING["mask_prob"]
+    for T_, v_, tau_ in ((T, V_PER, TAU), (5, 4, 2)):
+        closed_form = 1 / (v_ * a) if si else 1 / v_
+        def gap(n):
+            return theory.weighted_block_gap(T_, v_, tau_, n, **MASKING, attend_to_masked=si)
+        assert abs(gap(math.inf) - closed_form) < 1e-15
+        assert abs(2 * gap(2 * 10**6) - gap(10**6) - closed_form) < 1e-6
+
+
+@pytest.mark.parametrize("si", CONVENTIONS)
+def test_ridge_tends_to_minimum_norm(si):
+    """Theorem part 5: ||W_lambda - W_min_norm||_F shrinks with lambda, at N and at N = inf."""
+    for n in (N, math.inf):
+        params = {**SETTING, "doc_len": n}
+        W_mn = theory.optimal_value_matrix(**params, attend_to_masked=si)
+        d = [float(np.linalg.norm(theory.optimal_value_matrix(**params, attend_to_masked=si, l2=lam) - W_mn))
+             for lam in np.logspace(0, -8, 9)]
+        assert all(x > y for x, y in zip(d, d[1:])), d
+        assert d[-1] < 1e-3 * d[0]
 
 
 def test_book_setting_margins(exact):
-    """The chapter asserts beta - gamma > 0.05 and mu = 1/V with visible keys."""
+    """The chapter asserts beta - gamma > 20 |gamma| and mu = 1/V with visible keys."""
     for si in CONVENTIONS:
-        assert exact[si].same_topic - exact[si].diff_topic > 0.05
+        assert exact[si].same_topic - exact[si].diff_topic > 20 * abs(exact[si].diff_topic)
     assert abs(exact[True].mask_col - 1 / V) < 1e-12
     assert exact[False].mask_col == 0.0
 
@@ -152,7 +229,7 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
         model = tm.OneLayerTransformer(D, attend_to_masked=si, init_scale=0.1, seed=0)
         W = model.W_V.detach().clone()
         for seed in SEEDS:
-            shift = torch.randn(D, generator=torch.Generator().manual_seed(seed))
+            shift = torch.randn(D, generator=tm.utils.make_generator(seed))
             losses = []
             for M in (W, W + shift[None, :]):
                 with torch.no_grad():
@@ -164,30 +241,30 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
             assert abs(losses[1][1] - losses[0][1]) > 0.1
 
 
-# ---- sampled claims (five seeds) ------------------------------------------------------
+# ---- sampled claims (ten seeds) -------------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
-    """The data-driven optimum on 20,000 documents is within 0.02 of the exact block means."""
+    """The data-driven optimum on 20,000 documents matches the exact blocks on relative scales."""
     docs = topic_model.sample(20_000, N, seed=100 + seed)
     inputs, selected = tm.bert_mask(docs, V, seed=200 + seed, **MASKING)
     for si in CONVENTIONS:
         W_fit = theory.least_squares_value_matrix(inputs, selected, docs, D, attend_to_masked=si)
-        assert np.abs(stage1.block_errors(W_fit, exact[si], T, V_PER)).max() < 0.02
+        assert_within(relative_errors(theory.orbit_means(W_fit, T, V_PER), exact[si], si), FIT_MARGIN, (seed, si))
 
 
-# ---- trained claims (five seeds, both conventions) ----------------------------------
+# ---- trained claims (ten seeds, both conventions) -----------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("si", CONVENTIONS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact):
-    """SGD from W^V = 0 on fresh documents: every block mean within 0.01 of the exact optimum."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, seed=seed, **MASKING)
-    errors = stage1.block_errors(run.W_V, exact[si], T, V_PER)
-    assert np.abs(errors).max() < TOLERANCE, (seed, si, errors)
+    """SGD from W^V = 0 on fresh documents: boost, topic contrast, gamma and mu on their own scales."""
+    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, schedule=stage1.SQUARED_SCHEDULE,
+                                    seed=seed, **MASKING)
+    assert_within(relative_errors(run.final_blocks(), exact[si], si), TRAIN_MARGIN, (seed, si))
 
 
 @pytest.mark.slow
@@ -195,7 +272,8 @@ def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, dense):
     """Cross-entropy: same within-column pattern as the squared-loss optimum, no column drift."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, loss="cross_entropy", seed=seed, **MASKING)
+    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, loss="cross_entropy",
+                                    schedule=stage1.CROSS_ENTROPY_SCHEDULE, seed=seed, **MASKING)
     W = run.W_V
     assert np.abs(W.sum(axis=0)).max() < 1e-3
     assert stage1.column_topic_margin(W, T, V_PER) > 1.0
@@ -215,4 +293,4 @@ def test_ridge_training_reaches_the_ridge_optimum(seed, topic_model):
     predicted = theory.value_block_coefficients(**SETTING, attend_to_masked=True, l2=1e-3)
     run = stage1.train_value_matrix(topic_model, N, attend_to_masked=True, l2=1e-3,
                                     schedule=((30.0, 250), (10.0, 150)), seed=seed, **MASKING)
-    assert np.abs(stage1.block_errors(run.W_V, predicted, T, V_PER)).max() < TOLERANCE
+    assert_within(relative_errors(run.final_blocks(), predicted, True), RIDGE_MARGIN, seed)

@@ -12,7 +12,7 @@ import topicmech as tm
 from topicmech import embeddings as te
 from topicmech import theory as th
 
-T, V_PER, TAU, N = 5, 4, 2, 20  # paper-notes parameter set P0
+T, V_PER, TAU, N = 5, 4, 2, 20  # parameter set P0 of the appendix on embeddings
 D = T * V_PER + 1
 
 
@@ -102,6 +102,8 @@ def test_train_in_phases_concatenates_and_validates():
             te.train_in_phases(m, data, doc_len=N, phases=bad)
     with pytest.raises(ValueError, match="seed"):
         te.train_in_phases(m, data, doc_len=N, seed=-1)
+    with pytest.raises(ValueError, match="phases"):  # plain SGD has no setting-free default
+        te.train_in_phases(m, data, doc_len=N, optimizer="sgd")
 
 
 # ---- the tied-head optimum through the symmetry algebra ------------------------------
@@ -123,7 +125,7 @@ def test_tied_blocks_match_the_numerical_optimum(params, attend_to_masked):
 
 
 def test_tied_blocks_reference_numbers_and_rank_allocation():
-    # paper-notes Section 8.7 table (visible keys, P0)
+    # the table of the appendix on embeddings (visible keys, P0)
     S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
     ref = {3: (0.1670, 0.1670, 0.0298), 5: (0.2768, 0.2768, 0.0024), 6: (0.2827, 0.2748, 0.0024),
            10: (0.3063, 0.2669, 0.0024), 21: (0.3654, 0.2472, 0.0024)}
@@ -158,3 +160,29 @@ def test_tied_blocks_rejects_bad_input():
         te.tied_embedding_blocks(S, C[:, :-1], T, V_PER, 2)
     with pytest.raises(ValueError, match="num_topics"):
         te.tied_embedding_blocks(S, C, 1, 20, 2)
+
+
+# ---- the tied head with a bias (the authors' setting) -----------------------------------
+
+
+def test_weighted_topic_gap_is_shift_invariant_and_reads_the_topic_eigenvalue():
+    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
+    W = th.optimal_value_matrix(T, V_PER, TAU, N, attend_to_masked=True)
+    gap = te.weighted_topic_gap(W, T, V_PER)
+    assert abs(gap - th.weighted_block_gap(T, V_PER, TAU, N, attend_to_masked=True)) < 1e-10
+    assert abs(te.weighted_topic_gap(W + 3.0, T, V_PER) - gap) < 1e-10
+    assert abs(te.weighted_topic_gap(torch.from_numpy(W[:-1, :-1]), T, V_PER) - gap) < 1e-10
+    tb = te.tied_embedding_blocks(S, C, T, V_PER, D)
+    assert abs(gap - tb.lam_topic / V_PER) < 1e-10
+
+
+def test_tied_bias_optimum_bias_and_means():
+    opt = te.tied_bias_optimum(T, V_PER, TAU, N, attend_to_masked=True)
+    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
+    one = np.ones(D)
+    assert np.allclose(opt.bias, C @ one - opt.M @ (S @ one), atol=1e-12)
+    assert np.allclose(opt.M, opt.M.T, atol=1e-12)
+    b = th.orbit_means(opt.M, T, V_PER)
+    assert abs(opt.diag_minus_diff - (b.diag - b.diff_topic)) < 1e-12
+    assert abs(opt.same_minus_diff - (b.same_topic - b.diff_topic)) < 1e-12
+    assert opt.diag_minus_diff > opt.same_minus_diff > 0

@@ -1,13 +1,20 @@
-"""Tests for topicmech.fast: the fast uniform-attention training path and padding."""
+"""Tests for topicmech.fast: the uniform-attention path of train(), its optimisers, and padding.
+
+The learned-attention path is tested in tests/test_fast_attention.py.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import topicmech as tm
+import topicmech.train as train_mod
 from topicmech import fast
 from topicmech.train import mlm_loss
 
@@ -39,8 +46,8 @@ def test_matches_train_closed_form_gradient(docs, loss, attend_to_masked, optimi
     lr = 0.01 if optimizer == "adam" else 0.5
     m1, m2 = _model(attend_to_masked=attend_to_masked), _model(attend_to_masked=attend_to_masked)
     kw = dict(steps=120, batch_size=8, loss=loss, optimizer=optimizer, lr=lr, seed=3)
-    h1 = tm.train_model(m1, docs, **kw)
-    h2 = fast.train_uniform(m2, docs, **kw)
+    h1 = tm.train_model(m1, docs, path="reference", **kw)
+    h2 = tm.train_model(m2, docs, **kw)                              # the uniform path
     assert h1.step == h2.step
     assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
     torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-4, rtol=1e-4)
@@ -56,7 +63,7 @@ def test_matches_train_autograd(docs, kw):
     l2 = kw.pop("l2", 0.0)
     m1, m2 = _model(**kw), _model(**kw)
     args = dict(steps=60, batch_size=8, loss="cross_entropy", optimizer="adam", lr=0.01, l2=l2, seed=4)
-    h1 = tm.train_model(m1, docs, **args)
+    h1 = tm.train_model(m1, docs, path="reference", **args)
     h2 = fast.train_uniform(m2, docs, **args)
     assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
     for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
@@ -69,8 +76,8 @@ def test_matches_train_topic_model_and_probes(lda):
     probes = {"diag": lambda m: m.W_V.diagonal().mean()}
     kw = dict(steps=40, batch_size=6, doc_len=25, loss="squared", optimizer="sgd", lr=0.5, seed=9,
               probes=probes, probe_every=10)
-    h1 = tm.train_model(m1, lda, **kw)
-    h2 = fast.train_uniform(m2, lda, **kw)
+    h1 = tm.train_model(m1, lda, path="reference", **kw)
+    h2 = tm.train_model(m2, lda, **kw)
     assert h1.probe_step == h2.probe_step == [0, 10, 20, 30, 40]
     torch.testing.assert_close(torch.tensor(h1.probe("diag")), torch.tensor(h2.probe("diag")), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-5, rtol=1e-5)
@@ -91,23 +98,61 @@ def test_learns_topic_blocks(lda):
     assert bm.same_topic - bm.diff_topic > 0.5, bm
 
 
-# ---- the optimisers repeat torch.optim's arithmetic ------------------------------------
+# ---- the optimisers are torch.optim's kernels ----------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["adam", "sgd"])
-def test_optimisers_bit_identical_to_torch(name):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
+    """TorchOptimKernels updates exactly like torch.optim's SGD and fused Adam, and like the
+    default Adam of the reference loop (make_optimizer) up to the last bits."""
     gen = torch.Generator().manual_seed(0)
-    p1 = torch.nn.Parameter(torch.randn(7, 5, generator=gen))
+    p1 = torch.nn.Parameter(torch.randn(7, 5, generator=gen, dtype=dtype))
     p2 = torch.nn.Parameter(p1.detach().clone())
-    ref = torch.optim.Adam([p1], lr=0.03) if name == "adam" else torch.optim.SGD([p1], lr=0.3)
-    ours = fast._make_optimizer([p2], name, 0.03 if name == "adam" else 0.3)
-    for _ in range(25):
-        g = torch.randn(7, 5, generator=gen)
-        p1.grad = g.clone()
+    q1 = torch.nn.Parameter(torch.randn(3, generator=gen, dtype=dtype))     # a second tensor, sometimes no grad
+    q2 = torch.nn.Parameter(q1.detach().clone())
+    lr = 0.03 if name == "adam" else 0.3
+    ref = torch.optim.Adam([p1, q1], lr=lr, fused=True) if name == "adam" else torch.optim.SGD([p1, q1], lr=lr)
+    ours = fast.TorchOptimKernels([p2, q2], name, lr)
+    p3 = torch.nn.Parameter(p1.detach().clone())
+    default = train_mod.make_optimizer([p3], name, lr)
+    for step in range(25):
+        g = torch.randn(7, 5, generator=gen, dtype=dtype)
+        h = torch.randn(3, generator=gen, dtype=dtype)
+        ref.zero_grad(set_to_none=True)
+        ours.zero_grad()
+        p1.grad, p2.grad = g.clone(), g.clone()
+        if step % 3:
+            q1.grad, q2.grad = h.clone(), h.clone()
+        p3.grad = g.clone()
         ref.step()
-        with torch.no_grad():
-            ours.step((g,))
-        assert torch.equal(p1.detach(), p2.detach())
+        ours.step()
+        default.step()
+        assert torch.equal(p1.detach(), p2.detach()) and torch.equal(q1.detach(), q2.detach())
+        torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=0.0)
+
+
+def test_train_uniform_is_train(docs):
+    """train_uniform is a thin alias: the same numbers as train(), which takes the same path."""
+    m1, m2 = _model(), _model()
+    kw = dict(steps=30, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
+    h1 = tm.train_model(m1, docs, **kw)
+    h2 = fast.train_uniform(m2, docs, **kw)
+    assert h1.loss == h2.loss and torch.equal(m1.W_V, m2.W_V)
+
+
+def test_uniform_path_imports_no_optimiser_class():
+    """The uniform path never builds a torch.optim class: the first one imports torch._dynamo
+    (about 1.5 s of CPU and 80 MiB), more than a whole demonstration run."""
+    code = ("import sys, topicmech as tm\n"
+            "lda = tm.LDATopicModel(3, 4, 0.3)\n"
+            "m = tm.OneLayerTransformer(lda.num_tokens, seed=0)\n"
+            "tm.train_model(m, lda, steps=5, batch_size=4, doc_len=10, loss='cross_entropy', optimizer='adam')\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 # ---- the (batch, D) loss equals the general one -----------------------------------------
@@ -240,3 +285,16 @@ def test_model_device_is_used(docs):
     assert fast.model_device(m) == torch.device("cpu")
     h = fast.train_uniform(m, docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
     assert len(h.loss) == 3 and all(math.isfinite(x) for x in h.loss)
+
+
+@pytest.mark.parametrize("kw", [{"head": "identity"}, {"embedding": "learned", "head": "tied", "d_model": 8}])
+def test_float64_model_trains_in_float64(docs, kw):
+    """The per-document statistics follow the model's dtype: float64 paths agree to 1e-12."""
+    m1, m2 = _model(init_scale=0.3, **kw).double(), _model(init_scale=0.3, **kw).double()
+    args = dict(steps=30, batch_size=8, loss="cross_entropy", optimizer="adam", lr=0.01, seed=4)
+    h1 = tm.train_model(m1, docs, path="reference", **args)
+    h2 = tm.train_model(m2, docs, **args)
+    assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-12
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        assert p2.dtype == torch.float64
+        torch.testing.assert_close(p2, p1, rtol=1e-10, atol=1e-12)

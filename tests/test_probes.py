@@ -10,8 +10,14 @@ import torch
 
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer
-from topicmech.probes import (AttentionByRelation, BlockMeans, attention_by_relation, block_means, relation_masks,
-                              topic_contrasts)
+from topicmech.probes import (
+    AttentionByRelation,
+    BlockMeans,
+    attention_by_relation,
+    block_means,
+    relation_masks,
+    topic_contrasts,
+)
 
 TOPIC = torch.tensor([0, 0, 1, 1])          # T = 2 topics of v = 2 words
 

@@ -128,3 +128,24 @@ def test_column_topic_margin():
 def test_helpers_reject_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_default_schedule_is_what_train_value_matrix_runs(small_model):
+    sched = stage1.default_schedule(small_model, 8, attend_to_masked=False, mask_prob=0.3)
+    run = stage1.train_value_matrix(small_model, doc_len=8, attend_to_masked=False, mask_prob=0.3)
+    assert run.schedule == sched
+    _, hi = theory.sigma_eigenvalues(T, V_PER, TAU, 8, 0.3, attend_to_masked=False)
+    assert sched[0][0] == pytest.approx(stage1.SAFE_FRACTION / hi)
+    assert len(sched) == len(stage1.PHASE_DECAY) and min(n for _, n in sched) >= stage1.MIN_PHASE_STEPS
+    ridge = stage1.default_schedule(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
+    assert ridge[0][0] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(loss="hinge"), "loss"), (dict(tol=0.0), "tol"), (dict(tol=1.5), "tol"), (dict(l2=-1.0), "l2"),
+     (dict(mask_prob=1.5), "mask_prob")],
+)
+def test_default_schedule_rejects_bad_input(small_model, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        stage1.default_schedule(small_model, 8, **kwargs)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import stage2, theory as th
+from topicmech import stage2
+from topicmech import theory as th
 from topicmech.data import SimplifiedTopicModel, bert_mask
 
 T, v, tau, N = 5, 4, 2, 20

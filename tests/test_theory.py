@@ -1,4 +1,4 @@
-"""Tests for topicmech.theory against paper-notes Part II (Sections 8.2-8.12).
+"""Tests for topicmech.theory against the derivations of the appendices.
 
 Exact quantities are checked to the printed digits; Monte-Carlo quantities within
 tolerances set from measured seed-to-seed spreads (given next to each test).
@@ -88,7 +88,7 @@ def test_block_form_and_mask_row(ps, attend):
 @pytest.mark.parametrize("attend", [True, False])
 def test_columns_and_rows_sum_to_one(ps, attend):
     """Finite N, l2 = 0: 1^T W* = 1^T (1^T y = 1 = 1^T xbar), hence the SI [MASK] column is 1/V;
-    with hidden keys the row sums are 1 as well (paper-notes: CS row sums 1)."""
+    with hidden keys the row sums are 1 as well (C Sigma^-1 row sums are 1)."""
     T, v = ps[0], ps[1]
     V = T * v
     W = th.optimal_value_matrix(**_kw(ps), attend_to_masked=attend)

@@ -135,7 +135,11 @@ def test_l2_only_penalises_trained_matrices():
 
 @pytest.fixture
 def recorded_masks(monkeypatch):
-    """Record the (docs, inputs, selected) of every call to bert_mask made by train()."""
+    """Record the (docs, inputs, selected) of every call to bert_mask made by train().
+
+    train() calls bert_mask once per step on the per-step paths (learned attention, used
+    below); the uniform-attention path draws the same numbers in chunks, which
+    tests/test_fast.py compares with the per-step reference."""
     calls = []
 
     def recording(docs, *args, **kwargs):
@@ -149,7 +153,7 @@ def recorded_masks(monkeypatch):
 
 def test_fresh_masks_every_step(recorded_masks):
     one_doc = TM.sample(1, 40, seed=0)                   # the same document every step
-    train(OneLayerTransformer(D), one_doc, steps=3, batch_size=4, seed=0)
+    train(OneLayerTransformer(D, attention="learned"), one_doc, steps=3, batch_size=4, seed=0)
     assert len(recorded_masks) == 3
     (d0, i0, s0), (d1, i1, s1), (d2, _, s2) = recorded_masks
     assert torch.equal(d0, d1)                           # same documents ...
@@ -160,14 +164,14 @@ def test_fresh_masks_every_step(recorded_masks):
 
 
 def test_topic_model_data_gives_fresh_documents(recorded_masks):
-    train(OneLayerTransformer(D), TM, steps=2, batch_size=4, doc_len=15, seed=0)
+    train(OneLayerTransformer(D, attention="learned"), TM, steps=2, batch_size=4, doc_len=15, seed=0)
     assert not torch.equal(recorded_masks[0][0], recorded_masks[1][0])
     assert recorded_masks[0][0].shape == (4, 15)
 
 
 def test_training_on_a_docs_tensor_uses_only_those_documents(recorded_masks):
     docs = TM.sample(5, 12, seed=3)
-    history = train(OneLayerTransformer(D), docs, steps=4, batch_size=8, seed=0)
+    history = train(OneLayerTransformer(D, attention="learned"), docs, steps=4, batch_size=8, seed=0)
     rows = {tuple(r) for r in docs.tolist()}
     for batch_docs, _, _ in recorded_masks:
         assert batch_docs.shape == (8, 12)
@@ -176,7 +180,7 @@ def test_training_on_a_docs_tensor_uses_only_those_documents(recorded_masks):
 
 
 def test_masking_probabilities_are_passed_through(recorded_masks):
-    train(OneLayerTransformer(D), TM, steps=2, batch_size=50, doc_len=40, seed=0,
+    train(OneLayerTransformer(D, attention="learned"), TM, steps=2, batch_size=50, doc_len=40, seed=0,
           mask_prob=1.0, keep_prob=0.0, random_prob=0.0)
     for _, inputs, selected in recorded_masks:
         assert selected.all() and torch.all(inputs == TM.mask_id)

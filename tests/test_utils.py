@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from topicmech import utils
-from topicmech.utils import (check_masking, check_positive_int, check_probability, default_device, is_full,
-                             make_generator, run_mode, seed_everything, setup_notebook)
+from topicmech.utils import (
+    check_masking,
+    check_positive_int,
+    check_probability,
+    default_device,
+    is_full,
+    make_generator,
+    run_mode,
+    seed_everything,
+    setup_notebook,
+)
 
 
 @pytest.fixture
@@ -156,3 +165,28 @@ def test_check_masking():
                        ((0.1, 0.1, math.nan), "random_prob")]:
         with pytest.raises(ValueError, match=name):
             check_masking(*args)
+
+
+def test_seed_offset_shifts_every_random_source(monkeypatch):
+    monkeypatch.delenv("TOPICMECH_SEED_OFFSET", raising=False)
+    assert utils.seed_offset() == 0
+    base_torch = torch.rand(3, generator=utils.make_generator(5))
+    base_numpy = utils.numpy_rng(5).random(3)
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "1000")
+    assert utils.seed_offset() == 1000
+    assert utils.shift_seed(5) == 1005
+    shifted = torch.rand(3, generator=utils.make_generator(5))
+    assert not torch.equal(shifted, base_torch)
+    assert torch.equal(shifted, torch.rand(3, generator=torch.Generator().manual_seed(1005)))
+    assert not np.array_equal(utils.numpy_rng(5).random(3), base_numpy)
+    # spawned child seeds are plain ints, shifted only when used
+    monkeypatch.delenv("TOPICMECH_SEED_OFFSET")
+    assert utils.spawn_seeds(7, 3) == utils.spawn_seeds(7, 3)
+    assert len(set(utils.spawn_seeds(7, 3))) == 3
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5"])
+def test_seed_offset_rejects_bad_values(monkeypatch, value):
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", value)
+    with pytest.raises(ValueError, match="TOPICMECH_SEED_OFFSET"):
+        utils.seed_offset()

@@ -19,11 +19,14 @@ module                          book chapter
 :mod:`topicmech.dynamics`       6 Two stages in joint training
 :mod:`topicmech.sweeps`         7 Beyond the assumptions
 :mod:`topicmech.pretrained`     8 Real text and a pretrained transformer
+:mod:`topicmech.reproduce`      Reproducing the authors' experiments
 :mod:`topicmech.fast`           Performance (benchmarks)
-:mod:`topicmech.artifacts`      saving and loading trained models safely
 :mod:`topicmech.plotting`       all chapters (house style)
 :mod:`topicmech.utils`          all chapters (seeding, threads, quick/full mode)
 ==============================  =======================================================
+
+Chapter 5 also uses :mod:`topicmech.tied_attention` (the authors' stage-2 result: the
+optimal attention within the tied-score family).
 
 Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``,
 ``V = vocab_size = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``,
@@ -31,14 +34,14 @@ Notation (the book's notation page): ``T = num_topics``, ``v = words_per_topic``
 output, columns = input); attention patterns are ``(batch, query, key)``.
 """
 
-from . import artifacts, data, model, probes, theory, train, utils
+from . import data, model, probes, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train as train_model
 from .utils import MODE, is_full, seed_everything, setup_notebook
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
@@ -47,14 +50,15 @@ def __getattr__(name: str):
     They pull in matplotlib, seaborn and pandas (or gensim and transformers), which would
     add over 100 MiB and seconds of start-up to every script that only trains a model.
     """
-    if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast"):
+    if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast",
+                "tied_attention", "reproduce"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 __all__ = [
-    "artifacts", "data", "model", "plotting", "probes", "theory", "train", "utils",
+    "data", "model", "plotting", "probes", "theory", "train", "utils",
     "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "OneLayerTransformer",
     "block_means", "attention_by_relation", "train_model",
     "MODE", "is_full", "seed_everything", "setup_notebook",

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, topic_contrasts
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import check_seeds, check_positive_int, seed_everything
+from .utils import check_positive_int, check_seeds, seed_everything
 
 __all__ = [
     "ATTENTION_FIELDS",
@@ -623,12 +624,14 @@ def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.T
     """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G`` over the symmetry orbits.
 
     The symmetry of the topic model (relabel words within a topic, permute topics) makes
-    the exact ``G`` constant on the three orbits of word pairs, ``G_words = g_d I +
-    g_s (B - I) + g_t (J - B)``; on vectors that are constant within each topic and sum
-    to zero, such a matrix acts as the scalar ``(g_d - g_s) + v (g_s - g_t)``. Averaging a
-    Monte-Carlo ``G`` over the orbits first (:func:`topicmech.probes.block_means`) removes
-    most of its noise, which otherwise splits this ``(T - 1)``-fold eigenvalue and biases
-    the top singular value upwards.
+    the exact ``G`` constant on the three orbits of word pairs, ``G_words = G_diag I +
+    G_same (B - I) + G_diff (J - B)`` (``G_diag``: the same word; ``G_same``: the same
+    topic; ``G_diff``: different topics); on vectors that are constant within each topic
+    and sum to zero, such a matrix acts as the scalar
+    ``(G_diag - G_same) + v (G_same - G_diff)``. Averaging a Monte-Carlo ``G`` over the
+    orbits first (:func:`topicmech.probes.block_means`) removes most of its noise, which
+    otherwise splits this ``(T - 1)``-fold eigenvalue and biases the top singular value
+    upwards.
 
     Parameters
     ----------
@@ -639,8 +642,8 @@ def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.T
     Returns
     -------
     lam : float
-        ``-[(g_d - g_s) + v (g_s - g_t)]``; positive when gradient descent raises same-topic
-        scores.
+        ``-[(G_diag - G_same) + v (G_same - G_diff)]``; positive when gradient descent raises
+        same-topic scores.
     """
     topic = np.asarray(topic_of_word.cpu() if isinstance(topic_of_word, torch.Tensor) else topic_of_word)
     m = block_means(G.detach().cpu().numpy() if isinstance(G, torch.Tensor) else np.asarray(G, dtype=float), topic)
@@ -738,7 +741,7 @@ def train_joint(
     *,
     steps: int,
     optimizer: Literal["sgd", "adam"] = "sgd",
-    lr: float = 10.0,
+    lr: float | None = None,
     init_scale: float = 0.1,
     attend_to_masked: bool = False,
     batch_size: int = 128,
@@ -766,7 +769,15 @@ def train_joint(
         ``N``.
     steps : int
     optimizer : {"sgd", "adam"}
-    lr : float
+    lr : float, optional
+        SGD default: ``0.5 / lambda_max`` (squared loss) or ``2 / lambda_max``
+        (cross-entropy), half the stability limit set by the largest eigenvalue of the exact
+        stage-1 ``Sigma`` at uniform attention (:func:`topicmech.stage1.sigma_range`;
+        simplified or LDA data, other topic models raise ValueError). From a small
+        initialisation ``W^V`` feels this curvature first, while ``W^K, W^Q`` start on a
+        nearly flat loss. For T = 5, v = 4, tau = 2, N = 20 with hidden keys
+        (``lambda_max = 1 / V``) it is 10, the rate of chapter 6. Adam default: 1e-2
+        (Adam's step is about ``lr`` per entry whatever the curvature).
     init_scale : float
         ``eps``, the standard deviation of every initial matrix entry.
     attend_to_masked : bool
@@ -795,6 +806,19 @@ def train_joint(
     if not isinstance(topic_model, TopicModel):
         raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
     doc_len = check_positive_int("doc_len", doc_len)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    if lr is None:
+        if optimizer == "adam":
+            lr = 1e-2
+        else:
+            from .stage1 import SAFE_FRACTION, sigma_range
+
+            lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
+                                  keep_prob=keep_prob, random_prob=random_prob, needs="lr")[1]
+            lr = SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
         from . import theory
 
@@ -1077,7 +1101,7 @@ class Sweep:
                 raise ValueError(f"result of type {type(res).__name__} has no attribute {key!r}")
         return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
 
-    def select(self, **where: Any) -> "Sweep":
+    def select(self, **where: Any) -> Sweep:
         """The records whose parameters equal ``where`` (e.g. ``sweep.select(doc_len=20)``)."""
         for k in where:
             if self.records and k not in self.records[0]:

@@ -10,12 +10,17 @@ What this module adds to :mod:`topicmech.theory`:
 
 - :func:`embedding_model` and :func:`train_in_phases`: the chapter's training recipe
   (Adam with a step-decayed learning rate, so the learned Gram matrix settles close to
-  the population optimum);
+  the population optimum). Adam's step is about ``lr`` per entry whatever the curvature,
+  so the default phases do not depend on the setting; plain SGD has no safe default
+  (the tied loss is quartic in ``W_E``) and must be given its phases;
 - :func:`topic_spread`, :func:`topic_cosines`, :func:`normalized_gram`: probes of a
   learned embedding;
 - :func:`tied_embedding_blocks`: the tied-head optimum through the symmetry algebra
   (rank allocated to eigenspaces by their loss gain), which predicts the Gram block
-  means for every ``d`` and which ``d`` make same-topic embeddings identical.
+  means for every ``d`` and which ``d`` make same-topic embeddings identical;
+- :class:`TiedBiasModel`, :func:`tied_bias_optimum`, :func:`weighted_topic_gap`: the
+  authors' setting, a tied head with a trained bias ``f = W_E^T W_E xbar + b``, its exact
+  optimum at full rank and the frequency-weighted gap the authors state.
 
 Notation as in the book: ``T = num_topics``, ``v = words_per_topic``, ``V = T v``,
 ``D = V + 1`` (``[MASK]`` last), ``d = d_model``. Columns of ``W_E`` are embeddings.
@@ -24,8 +29,9 @@ Notation as in the book: ``T = num_topics``, ``v = words_per_topic``, ``V = T v`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Sequence
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -33,7 +39,7 @@ import torch
 from .data import TopicModel
 from .model import OneLayerTransformer
 from .train import History, train
-from .utils import check_positive_int
+from .utils import check_positive_int, spawn_seeds
 
 __all__ = [
     "DEFAULT_PHASES",
@@ -46,9 +52,15 @@ __all__ = [
     "normalized_gram",
     "TiedBlocks",
     "tied_embedding_blocks",
+    "TiedBiasModel",
+    "weighted_topic_gap",
+    "TiedBiasOptimum",
+    "tied_bias_optimum",
 ]
 
-#: Learning-rate schedule of chapter 3: ``(steps, lr)`` per phase, Adam, batch 256.
+#: Learning-rate schedule of chapter 3 and the default of :func:`train_in_phases`:
+#: ``(steps, lr)`` per phase, Adam, batch 256. Adam's step is about ``lr`` per entry
+#: whatever the curvature, so the same phases serve every ``T, v, tau, N`` and masking rate.
 DEFAULT_PHASES: tuple[tuple[int, float], ...] = ((300, 1e-2), (300, 3e-3), (400, 1e-3))
 #: Half as long, for qualitative checks (chapter 3 uses it for cross-entropy).
 SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1e-3))
@@ -70,6 +82,7 @@ def embedding_model(
     head: Literal["tied", "identity"] = "tied",
     attend_to_masked: bool = True,
     init_scale: float | None = None,
+    bias: bool = False,
     seed: int = 0,
 ) -> OneLayerTransformer:
     """The chapter-3 model: learned embeddings, uniform attention, ``W_V = I``.
@@ -88,19 +101,25 @@ def embedding_model(
         Standard deviation of the initial ``W_E``. Defaults to 0.1 for the tied head
         (``W_E = 0`` is a saddle of the tied loss, so a larger start leaves it quickly)
         and 0.01 for the identity head.
+    bias : bool
+        Add a trained prediction bias ``b`` (the authors' ``b^pred``, initialised at 0):
+        returns a :class:`TiedBiasModel`, ``f = W_U W_E xbar + b``. Default False.
     seed : int
         Initialisation seed.
 
     Returns
     -------
     OneLayerTransformer
-        Only ``W_E`` is trainable.
+        Only ``W_E`` (and ``b`` when ``bias=True``) is trainable.
     """
     if head not in ("tied", "identity"):
         raise ValueError(f"head must be 'tied' or 'identity', got {head!r}")
+    if not isinstance(bias, bool):
+        raise ValueError(f"bias must be True or False, got {bias!r}")
     if init_scale is None:
         init_scale = 0.1 if head == "tied" else 0.01
-    return OneLayerTransformer(
+    cls = TiedBiasModel if bias else OneLayerTransformer
+    return cls(
         num_tokens,
         d_model=d_model,
         embedding="learned",
@@ -118,7 +137,7 @@ def train_in_phases(
     data: TopicModel | torch.Tensor,
     *,
     doc_len: int | None = None,
-    phases: Sequence[tuple[int, float]] = DEFAULT_PHASES,
+    phases: Sequence[tuple[int, float]] | None = None,
     batch_size: int = 256,
     loss: Literal["squared", "cross_entropy"] = "squared",
     optimizer: Literal["sgd", "adam"] = "adam",
@@ -140,8 +159,14 @@ def train_in_phases(
         As in :func:`topicmech.train.train`.
     doc_len : int, optional
         ``N``, required for a topic model.
-    phases : sequence of (int, float)
-        ``(steps, lr)`` per phase, each ``steps >= 1`` and ``lr > 0``.
+    phases : sequence of (int, float), optional
+        ``(steps, lr)`` per phase, each ``steps >= 1`` and ``lr > 0``. Default for Adam:
+        :data:`DEFAULT_PHASES`. Adam divides each gradient entry by its running scale, so
+        its step is about ``lr`` per entry whatever the curvature of the setting (``T, v,
+        tau, N`` and the masking rates change the curvature, not the step), and no
+        setting-derived rate is needed. SGD has no default: with the tied head the loss is
+        quartic in ``W_E`` and its curvature grows with the embeddings, so no rate is safe
+        for every setting; ``optimizer="sgd"`` without ``phases`` raises ValueError.
     batch_size, loss, optimizer :
         As in :func:`topicmech.train.train`.
     seed : int
@@ -156,6 +181,13 @@ def train_in_phases(
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if phases is None:
+        if optimizer != "adam":
+            raise ValueError(
+                f"no default phases for optimizer={optimizer!r}: the step size of SGD depends on the curvature, "
+                "which grows with the embeddings; pass phases=[(steps, lr), ...] explicitly, or use optimizer='adam'"
+            )
+        phases = DEFAULT_PHASES
     phases = list(phases)
     if not phases:
         raise ValueError(f"phases must contain at least one (steps, lr) pair, got {phases!r}")
@@ -164,7 +196,7 @@ def train_in_phases(
                 or not isinstance(ph[0], (int, np.integer)) or ph[0] < 1
                 or not isinstance(ph[1], (int, float)) or not (ph[1] > 0) or not math.isfinite(ph[1])):
             raise ValueError(f"phases must be (steps >= 1, lr > 0) pairs, got {ph!r}")
-    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(int(seed)).spawn(len(phases))]
+    seeds = spawn_seeds(seed, len(phases))
     out = History()
     offset = 0
     for (steps, lr), s in zip(phases, seeds):
@@ -488,4 +520,178 @@ def tied_embedding_blocks(
         diag=float(diag), same_topic=float(same), diff_topic=float(diff),
         mask_col=float(M2[0, 1] / math.sqrt(V)), mask_mask=float(M2[1, 1]),
         loss=float(-gain),
+    )
+
+
+class TiedBiasModel(OneLayerTransformer):
+    """:class:`~topicmech.model.OneLayerTransformer` plus a trained prediction bias ``b_pred``.
+
+    The logits are those of the parent model plus ``b_pred`` (shape ``(D,)``, initialised
+    at 0), the authors' ``b^pred``. Build it with ``embedding_model(..., bias=True)``; it
+    takes the same arguments as the parent class. The parent model is unchanged.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.b_pred = torch.nn.Parameter(torch.zeros(self.num_tokens))
+
+    def run_with_cache(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """As the parent's, with ``b_pred`` added to ``"logits"``."""
+        cache = super().run_with_cache(inputs, selected)
+        cache["logits"] = cache["logits"] + self.b_pred
+        return cache
+
+    def forward(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits plus ``b_pred``, shape ``(batch, N, D)``."""
+        return super().forward(inputs, selected) + self.b_pred
+
+
+def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words_per_topic: int) -> float:
+    """Mean over same-topic word pairs (same word included) minus mean over different-topic pairs.
+
+    For a ``(D, D)`` or ``(V, V)`` matrix with word block ``G`` this is
+    ``(alpha + (v - 1) beta) / v - gamma``, where ``alpha``, ``beta``, ``gamma`` are the
+    mean diagonal, same-topic off-diagonal and different-topic entries: the
+    frequency-weighted difference in which the authors state their constant. For a
+    matrix invariant under the topic symmetries it equals ``lam_topic / v``, the
+    topic-contrast eigenvalue over ``v``. Adding a constant to every entry leaves it
+    unchanged.
+
+    Parameters
+    ----------
+    matrix : Tensor or ndarray, shape (V, V) or (V + 1, V + 1)
+    num_topics, words_per_topic : int
+
+    Returns
+    -------
+    gap : float
+    """
+    G = _as_array(matrix, "matrix")
+    T = check_positive_int("num_topics", num_topics)
+    if T < 2:
+        raise ValueError(f"num_topics must be >= 2, got {num_topics!r}")
+    if G.shape[0] != G.shape[1]:
+        raise ValueError(f"matrix must be square, got shape {G.shape}")
+    V, v = _check_words(G.shape[0], words_per_topic)
+    if V != T * v:
+        raise ValueError(f"matrix has {V} word columns, expected num_topics * words_per_topic = {T * v}")
+    Gw = G[:V, :V]
+    topic = np.arange(V) // v
+    same = topic[:, None] == topic[None, :]
+    return float(Gw[same].mean() - Gw[~same].mean())
+
+
+@dataclass(frozen=True)
+class TiedBiasOptimum:
+    """Optimum of the tied head with a bias at full rank (book ch. 3, the authors' setting).
+
+    The prediction is ``f = M xbar + b`` with ``M = W_E^T W_E``. The optimal bias is
+    ``b = mu_y - M mu_x`` and ``M`` minimises the centred objective
+    ``tr(M S_c M) - 2 tr(M C_c^T)`` over positive semi-definite matrices, with
+    ``S_c = Sigma - mu_x mu_x^T``, ``C_c = C - mu_y mu_x^T``. ``S_c`` annihilates the
+    all-ones vector, so ``M`` is only determined up to adding ``c 1 1^T`` (the bias
+    absorbs it); this holds the minimum-norm choice, and the differences of its
+    entries are the identified quantities.
+
+    Attributes
+    ----------
+    M : ndarray, shape (D, D)
+        Minimum-norm optimal ``E^T E``.
+    bias : ndarray, shape (D,)
+        Optimal ``b`` for that ``M``.
+    weighted_gap : float
+        :func:`weighted_topic_gap` of ``M``, ``(alpha + (v - 1) beta) / v - gamma``.
+    diag_minus_diff, same_minus_diff : float
+        Mean same-word and mean same-topic (distinct words) entries minus the mean
+        different-topic entry.
+    min_eig_perp : float
+        Smallest eigenvalue of ``M`` on the complement of the all-ones vector; ``>= 0``
+        means the PSD constraint is not active (checked; otherwise a convex solve is used).
+    loss : float
+        Population squared loss at the optimum.
+    """
+
+    M: np.ndarray
+    bias: np.ndarray
+    weighted_gap: float
+    diag_minus_diff: float
+    same_minus_diff: float
+    min_eig_perp: float
+    loss: float
+
+
+def tied_bias_optimum(
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    doc_len: int | float,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    *,
+    attend_to_masked: bool,
+) -> TiedBiasOptimum:
+    """Exact optimum of ``f = W_E^T W_E xbar + b`` (uniform attention, ``W_V = I``, ``d = D``).
+
+    Uses the exact moments of :func:`topicmech.theory.moments`. The means are
+    ``mu_x = Sigma 1`` and ``mu_y = C 1`` (every ``xbar`` sums to 1; with hidden keys a
+    selected position that sees no key at all, probability at most ``mask_prob^(N-1)``,
+    is ignored as in the moments). The unconstrained symmetric minimiser solves the
+    Lyapunov equation ``M S_c + S_c M = C_c + C_c^T`` (minimum-norm solution); when it is
+    positive semi-definite on the complement of the all-ones vector, adding a multiple of
+    ``1 1^T`` makes it PSD without changing the loss, so it solves the constrained
+    problem. Otherwise (not met in the book's settings) the PSD problem is solved by
+    :func:`topicmech.theory.tied_embedding_optimum` with ``d = D``.
+
+    Parameters
+    ----------
+    num_topics, words_per_topic, topics_per_doc : int
+        ``T >= 2``, ``v >= 2``, ``1 <= tau < T``.
+    doc_len : int or math.inf
+        ``N >= 2`` or ``math.inf`` (the long-document limit).
+    mask_prob, keep_prob, random_prob : float
+        ``p_m, p_c, p_r``.
+    attend_to_masked : bool
+        Keyword only: visible (True) or hidden (False) masked keys.
+
+    Returns
+    -------
+    TiedBiasOptimum
+    """
+    from . import theory as th
+
+    T = check_positive_int("num_topics", num_topics)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    if T < 2 or v < 2:
+        raise ValueError(f"need num_topics >= 2 and words_per_topic >= 2, got {num_topics!r}, {words_per_topic!r}")
+    if not isinstance(attend_to_masked, bool):
+        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
+    S, C = th.moments(T, v, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
+                      attend_to_masked=attend_to_masked)
+    D = S.shape[0]
+    one = np.ones(D)
+    mu_x, mu_y = S @ one, C @ one                                       # (D,), (D,)
+    Sc = S - np.outer(mu_x, mu_x)
+    Cc = C - np.outer(mu_y, mu_x)
+    M = th._symmetric_optimum(Sc, Cc)                                   # (D, D), min-norm
+    M = 0.5 * (M + M.T)
+    Q = np.linalg.qr(np.column_stack([one, np.eye(D)[:, :-1]]))[0][:, 1:]  # (D, D-1), basis of 1-perp
+    min_eig = float(np.linalg.eigvalsh(Q.T @ M @ Q).min())
+    scale = max(1.0, float(np.abs(M).max()))
+    if min_eig < -1e-9 * scale:  # the PSD constraint binds: solve the convex problem
+        _, M = th.tied_embedding_optimum(Sc, Cc, D, restarts=1)
+        min_eig = float(np.linalg.eigvalsh(Q.T @ M @ Q).min())
+    bias = mu_y - M @ mu_x
+    loss = float(np.sum((M @ Sc) * M) - 2.0 * np.sum(M * Cc) + 1.0 - mu_y @ mu_y)
+    V = T * v
+    Gw = M[:V, :V]
+    topic = np.arange(V) // v
+    same = topic[:, None] == topic[None, :]
+    off = same & ~np.eye(V, dtype=bool)
+    diff_mean = float(Gw[~same].mean())
+    return TiedBiasOptimum(
+        M=M, bias=bias, weighted_gap=weighted_topic_gap(M, T, v),
+        diag_minus_diff=float(np.diag(Gw).mean()) - diff_mean,
+        same_minus_diff=float(Gw[off].mean()) - diff_mean,
+        min_eig_perp=min_eig, loss=loss,
     )

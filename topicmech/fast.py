@@ -1,11 +1,12 @@
-"""A fast training path for frozen uniform attention, and variable-length documents.
+"""The fast training paths behind :func:`topicmech.train.train`, and variable-length documents.
 
-Book: the performance page (*Performance*) benchmarks this module against the
-authors' released code; chapters may call :func:`train_uniform` wherever they train a
-:class:`~topicmech.model.OneLayerTransformer` with ``attention="uniform"``.
+Book: the performance page (*Performance*) benchmarks these paths against the authors'
+released code. Chapters never call this module directly: :func:`topicmech.train.train`
+picks a path by itself (:func:`fast_path`) and keeps the model's own forward pass
+(:meth:`~topicmech.model.OneLayerTransformer.run_with_cache`) as the readable reference.
 
-Why a separate path
--------------------
+Uniform attention
+-----------------
 With ``W_K = W_Q = 0`` every query of a document sees the same average of its visible
 keys, ``xbar`` (shape ``(D,)``), so every position of the document gets the same logits
 ``z = W_U W_V W_E xbar``. The masked-language-modelling loss at the selected positions of
@@ -16,42 +17,61 @@ one document therefore depends on the document only through three numbers per to
 * ``n``: how many positions are selected;
 
 cross-entropy is ``sum_b (n_b logsumexp(z_b) - Y_b . z_b) / sum_b n_b`` and the squared
-loss is ``sum_b (n_b ||z_b||^2 - 2 Y_b . z_b + n_b) / sum_b n_b``. The general loop
-(:func:`topicmech.train.train`) forms ``(batch, N, D)`` logits and back-propagates through
-them; this path works on ``(batch, D)`` tensors, computes ``xbar``, ``Y`` and ``n`` for
-many steps at once (they do not depend on the parameters), and leaves only a few small
-matrix operations and the optimiser step inside the per-step loop.
+loss is ``sum_b (n_b ||z_b||^2 - 2 Y_b . z_b + n_b) / sum_b n_b``. The reference forward
+pass forms ``(batch, N, D)`` logits and back-propagates through them; this path works on
+``(batch, D)`` tensors, computes ``xbar``, ``Y`` and ``n`` for many steps at once (they do
+not depend on the parameters), and leaves only a few small matrix operations and the
+optimiser step inside the per-step loop.
 
-Same random stream as the general loop
---------------------------------------
-:func:`train_uniform` draws documents and masks from the generator in exactly the order
-:func:`topicmech.train.train` does (document indices, then :func:`~topicmech.data.bert_mask`'s
-three draws, step after step), so for the same seed it sees the same batches and masks
-and ends at the same parameters up to floating-point rounding (tested).
+Learned attention
+-----------------
+The loss reads the logits at the selected positions only (about 15%), and without
+positional encodings a query's output depends only on the token it shows and on how often
+each token occurs among its document's visible keys. :func:`selected_loss` therefore
+gathers the scores of each selected query from the ``(D, D)`` token-space score matrix
+(:func:`token_scores`), turns them into attention over token ids weighted by the key
+counts, and computes value, head and loss for those rows only: no ``(batch, N, N)``
+pattern and no ``(batch, N, D)`` logits.
+
+Same random stream as the reference
+-----------------------------------
+Both fast paths draw documents and masks from the generator in exactly the order of the
+reference loop (documents, then :func:`~topicmech.data.bert_mask`'s three draws, step
+after step), so for the same seed they see the same batches and masks and end at the same
+parameters up to floating-point rounding (tested in ``tests/test_fast.py`` and
+``tests/test_fast_attention.py``).
 
 Variable-length documents
 -------------------------
 The model has no padding token. Documents of different lengths are stored right-padded in
 one ``(num_docs, N_max)`` tensor with a ``lengths`` vector (:func:`sample_variable_length`,
-:func:`pad_documents`); padded positions are never keys (they do not enter ``xbar``) and
-never selected (they are not in the loss), so a padded document trains exactly like the
+:func:`pad_documents`, the ``lengths`` argument of :func:`topicmech.train.train`); padded
+positions are never keys and never selected, so a padded document trains exactly like the
 same document on its own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.adam import adam as _adam_kernel  # torch.optim's functional kernels
+from torch.optim.sgd import sgd as _sgd_kernel
 
-from .data import TopicModel, check_docs
+from .data import TopicModel
+from .model import OneLayerTransformer, key_visibility
 from .train import History, LossKind, Probe, _record
-from .utils import check_masking, check_positive_int, make_generator
+from .utils import check_positive_int, make_generator
 
 __all__ = [
+    "TorchOptimKernels",
+    "fast_path",
+    "selected_loss",
+    "token_scores",
     "train_uniform",
     "uniform_loss",
     "chunk_statistics",
@@ -192,6 +212,7 @@ def chunk_statistics(
     random_prob: float,
     attend_to_masked: bool,
     lengths: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``xbar``, ``Y`` and ``n`` for a stack of batches, from the raw random draws.
 
@@ -216,6 +237,8 @@ def chunk_statistics(
     lengths : LongTensor, shape (...), optional
         Real length of each document; later positions are padding (never keys, never
         selected).
+    dtype : torch.dtype, optional
+        Floating dtype of the results (default: torch's default dtype).
 
     Returns
     -------
@@ -238,7 +261,7 @@ def chunk_statistics(
         visible = valid & ~selected if not attend_to_masked else valid
     else:
         visible = ~selected if not attend_to_masked else torch.ones_like(selected)
-    dtype = torch.get_default_dtype()
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     vis = visible.to(dtype).reshape(-1, N)                                         # (M, N)
     counts = torch.zeros(vis.shape[0], num_tokens, dtype=dtype, device=docs.device)
     counts.scatter_add_(1, inputs.reshape(-1, N), vis)                             # (M, D)
@@ -287,47 +310,208 @@ def uniform_loss(z: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, kind: LossKi
 
 
 # ----------------------------------------------------------------------------------------
-# Optimisers without torch.optim (same arithmetic, no per-step hooks, no extra imports)
+# Optimisers: torch.optim's own kernels, without the optimiser classes
 # ----------------------------------------------------------------------------------------
 
 
-class _SGD:
-    """Plain SGD, the arithmetic of ``torch.optim.SGD(params, lr)`` (no momentum)."""
+class TorchOptimKernels:
+    """Plain SGD or Adam for the fast paths, computed by ``torch.optim``'s functional kernels.
 
-    def __init__(self, params: list[torch.Tensor], lr: float) -> None:
-        self.params, self.lr = params, lr
+    The arithmetic is ``torch.optim``'s: ``torch.optim.sgd.sgd`` (no momentum, no
+    weight decay; identical to ``torch.optim.SGD``) and ``torch.optim.adam.adam`` (default
+    betas and eps) with its fused kernel on CPU and CUDA, which is what
+    ``torch.optim.Adam(params, lr, fused=True)`` runs; it agrees with the default
+    ``torch.optim.Adam`` of the reference loop to the last bit or two and is about twice as
+    fast on small matrices. Only the bookkeeping is here: the optimiser *classes* import
+    ``torch._dynamo`` when first constructed, which costs about 1.5 s of CPU and 80 MiB in
+    a fresh process, more than a whole demonstration run of the uniform-attention path.
 
-    def step(self, grads: Sequence[torch.Tensor]) -> None:
-        for p, g in zip(self.params, grads):
-            p.add_(g, alpha=-self.lr)
+    Parameters
+    ----------
+    params : list of Tensor
+        Leaf tensors with ``requires_grad``; :meth:`step` uses their ``.grad``.
+    optimizer : {"sgd", "adam"}
+    lr : float
+    """
+
+    def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float) -> None:
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+        self.params, self.optimizer, self.lr = list(params), optimizer, float(lr)
+        if optimizer == "adam":
+            self.fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+            self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+            self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+            # torch.optim.Adam's step counters: float32 on the parameter's device when fused
+            self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) if self.fused
+                          else torch.tensor(0.0, dtype=torch.get_default_dtype()) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients (always set to None)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update of every parameter that has a gradient."""
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params = [self.params[i] for i in live]
+        grads = [p.grad for p in params]
+        if self.optimizer == "sgd":
+            _sgd_kernel(params, grads, [None] * len(params), foreach=False, weight_decay=0.0, momentum=0.0,
+                        lr=self.lr, dampening=0.0, nesterov=False, maximize=False)
+            return
+        _adam_kernel(
+            params, grads, [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
+            [self.steps[i] for i in live], foreach=False, fused=self.fused, amsgrad=False, beta1=0.9, beta2=0.999,
+            lr=self.lr, weight_decay=0.0, eps=1e-8, maximize=False)
+        # the fused kernel writes in place without bumping the tensors' version counters, which
+        # caches keyed on ``p._version`` (dynamics.standard_probes) rely on
+        torch.autograd.graph.increment_version(params)
 
 
-class _Adam:
-    """Adam with the arithmetic of ``torch.optim.Adam``'s single-tensor CPU path
-    (betas 0.9, 0.999, eps 1e-8, no weight decay); bit-identical on CPU (tested)."""
-
-    def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
-        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
-        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
-        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in params]
-        self.t = 0
-
-    def step(self, grads: Sequence[torch.Tensor]) -> None:
-        beta1, beta2 = self.betas
-        self.t += 1
-        bias_correction1 = 1 - beta1 ** float(self.t)
-        bias_correction2_sqrt = (1 - beta2 ** float(self.t)) ** 0.5
-        step_size = self.lr / bias_correction1
-        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
-            p.addcdiv_(m, denom, value=-step_size)
+# ----------------------------------------------------------------------------------------
+# Learned attention: the loss at the selected queries only, in token space
+# ----------------------------------------------------------------------------------------
 
 
-def _make_optimizer(params: list[torch.Tensor], optimizer: str, lr: float) -> _SGD | _Adam:
-    return _SGD(params, lr) if optimizer == "sgd" else _Adam(params, lr)
+def token_scores(model: OneLayerTransformer) -> torch.Tensor:
+    """Attention scores in token space, query token by key token, shape ``(D, D)``.
+
+    ``S[t, u]`` is the score a query showing token ``t`` gives a key showing token ``u``:
+    ``S = A^T`` with ``A`` = :meth:`~topicmech.model.OneLayerTransformer.key_query_matrix`.
+    Fixed one-hot embeddings (``W_E = I``) are skipped, which is exact.
+    """
+    scale = math.sqrt(model.d_model)
+    if model.embedding == "one_hot":
+        return model.W_Q.T @ model.W_K / scale                                    # (D, D)
+    return (model.W_Q @ model.W_E).T @ (model.W_K @ model.W_E) / scale             # (D, D)
+
+
+def selected_loss(
+    model: OneLayerTransformer,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    selected: torch.Tensor,
+    kind: LossKind = "squared",
+    *,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Masked-language-modelling loss of a one-layer model, computed at the selected queries only.
+
+    Equal, up to floating-point rounding and with the same gradients, to
+    ``mlm_loss(model(inputs, selected), targets, selected, kind)``, but it never forms a
+    ``(batch, N, N)`` pattern or ``(batch, N, D)`` logits. Without positional encodings a
+    query's output depends only on the token it shows and on how often each token occurs
+    among its document's visible keys:
+
+    1. ``counts[b, u]``: visible keys of document ``b`` showing token ``u``, shape ``(B, D)``;
+    2. the score of key token ``u`` for query token ``t`` is ``S[t, u]``
+       (:func:`token_scores`), so the attention a query puts on token ``u`` is
+       ``counts[b, u] exp(S[t, u])`` normalised over ``u`` (a softmax of
+       ``S[t] + log counts[b]``), shape ``(D,)`` per query instead of ``(N,)``;
+    3. selected positions of one document that show the same token (most show
+       ``[MASK]``) have identical logits, so each distinct (document, query token) pair is
+       computed once, with its number of positions and its target counts, and the loss is
+       that of :func:`uniform_loss` on those rows.
+
+    Parameters
+    ----------
+    model : OneLayerTransformer
+        Any switches (embedding, attention, value, head, ``attend_to_masked``).
+    inputs : LongTensor, shape (B, N)
+        Corrupted token ids.
+    targets : LongTensor, shape (B, N)
+        True word ids.
+    selected : BoolTensor, shape (B, N)
+        Positions in the loss (and hidden as keys when ``model.attend_to_masked`` is False).
+    kind : {"squared", "cross_entropy"}
+    valid : BoolTensor, shape (B, N), optional
+        Real (not padding) positions: the others are never keys and never selected.
+
+    Returns
+    -------
+    loss : scalar Tensor
+        Mean over selected positions (0, with a zero gradient, if none is selected).
+    """
+    if kind not in ("squared", "cross_entropy"):
+        raise ValueError(f"kind must be 'squared' or 'cross_entropy', got {kind!r}")
+    if not isinstance(model, OneLayerTransformer):
+        raise ValueError(f"model must be a OneLayerTransformer, got {type(model).__name__}")
+    for name, t in (("inputs", inputs), ("targets", targets)):
+        if (not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype.is_floating_point or t.dtype.is_complex
+                or t.dtype == torch.bool):
+            raise ValueError(f"{name} must be a LongTensor of shape (batch, N), got {getattr(t, 'dtype', type(t))}")
+    shape = tuple(inputs.shape)
+    for name, t in (("targets", targets), ("selected", selected), ("valid", valid)):
+        if t is None:
+            continue
+        if name != "targets" and (not isinstance(t, torch.Tensor) or t.dtype != torch.bool):
+            raise ValueError(f"{name} must be a BoolTensor, got {getattr(t, 'dtype', type(t).__name__)}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    B, N = shape
+    D = model.num_tokens
+    inputs = inputs.long()
+    if valid is not None:
+        selected = selected & valid
+    visible = key_visibility(selected, model.attend_to_masked, inputs.shape)       # (B, N)
+    if valid is not None:
+        visible = visible & valid
+    dtype = model.W_E.dtype
+    counts = torch.zeros(B, D, dtype=dtype, device=inputs.device)
+    counts.scatter_add_(1, inputs, visible.to(dtype))                              # (B, D) visible key tokens
+    # one row per distinct (document, query token) among the selected positions
+    pos = selected.nonzero()                                                       # (n, 2)
+    q_tok = inputs[pos[:, 0], pos[:, 1]]                                           # (n,)
+    rows, inverse = torch.unique(pos[:, 0] * D + q_tok, return_inverse=True)       # (R,), (n,)
+    R = rows.shape[0]
+    doc, tok = rows // D, rows % D                                                 # (R,)
+    y = targets[pos[:, 0], pos[:, 1]].long()                                       # (n,)
+    Y = torch.bincount(inverse * D + y, minlength=R * D).view(R, D).to(dtype)      # (R, D) target counts
+    n = Y.sum(1)                                                                   # (R,) positions per row
+    # attention of each row over token ids, then value, head and loss
+    log_c = counts.log().index_select(0, doc)                                      # (R, D), -inf: no such key
+    scores = token_scores(model).index_select(0, tok) + log_c                      # (R, D)
+    any_key = counts.sum(1) > 0                                                    # (B,)
+    if bool(any_key.all()):
+        pattern = torch.softmax(scores, dim=1)                                     # (R, D)
+    else:  # a document without visible keys: its queries attend to nothing (output 0), as in the model
+        has_key = any_key.index_select(0, doc)[:, None]                            # (R, 1)
+        pattern = torch.softmax(scores.masked_fill(~has_key, 0.0), dim=1) * has_key
+    mixed = pattern if model.embedding == "one_hot" else pattern @ model.W_E.T     # (R, d)
+    out = mixed if model.value == "identity" else mixed @ model.W_V.T              # (R, d)
+    z = out if model.head == "identity" else out @ model.unembedding.T            # (R, D)
+    n_total = float(pos.shape[0])
+    if kind == "cross_entropy" and n_total > 0:  # rows of Y sum to n: one fused log-softmax
+        return -(Y * torch.log_softmax(z, dim=1)).sum() / n_total
+    return uniform_loss(z, Y, n, kind, n_total)
+
+
+# ----------------------------------------------------------------------------------------
+# Which path train() takes
+# ----------------------------------------------------------------------------------------
+
+
+def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
+    """The fast path :func:`topicmech.train.train` takes for ``model``, or None.
+
+    ``"uniform"`` for a :class:`~topicmech.model.OneLayerTransformer` with frozen uniform
+    attention (chunked sufficient statistics, see the module docstring), ``"learned"`` for
+    one with learned attention (:func:`selected_loss`), None for anything else (a
+    :class:`~topicmech.model.TwoLayerTransformer`, a subclass, or a model with forward hooks
+    or a replaced ``forward``), which trains through the model's own forward pass.
+    """
+    if type(model) is not OneLayerTransformer:
+        return None
+    if "forward" in vars(model) or model._forward_hooks or model._forward_pre_hooks:
+        return None
+    return "uniform" if model.attention == "uniform" else "learned"
+
+
+# ----------------------------------------------------------------------------------------
+# Uniform attention: the chunked training loop (called by train())
+# ----------------------------------------------------------------------------------------
 
 
 def _value_only(model: nn.Module, params: list[torch.Tensor]) -> bool:
@@ -361,119 +545,44 @@ def _value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch
     return value, value, grad
 
 
-# ----------------------------------------------------------------------------------------
-# Training
-# ----------------------------------------------------------------------------------------
-
-
-def train_uniform(
-    model: nn.Module,
+def _train_uniform_chunks(
+    model: OneLayerTransformer,
     data: TopicModel | torch.Tensor,
     *,
+    params: list[torch.Tensor],
+    opt: TorchOptimKernels,
     steps: int,
-    batch_size: int = 64,
-    doc_len: int | None = None,
-    lengths: torch.Tensor | None = None,
-    loss: LossKind = "squared",
-    optimizer: Literal["sgd", "adam"] = "sgd",
-    lr: float | None = None,
-    l2: float = 0.0,
-    mask_prob: float = 0.15,
-    keep_prob: float = 0.1,
-    random_prob: float = 0.1,
-    seed: int = 0,
-    probes: Mapping[str, Probe] | None = None,
-    probe_every: int | None = None,
-    check_every: int = 100,
-) -> History:
-    """Train a uniform-attention :class:`~topicmech.model.OneLayerTransformer`, fast.
+    batch_size: int,
+    doc_len: int,
+    lengths: torch.Tensor | None,
+    loss: LossKind,
+    l2: float,
+    mask_prob: float,
+    keep_prob: float,
+    random_prob: float,
+    gen: torch.Generator,
+    probes: dict[str, Probe],
+    probe_every: int,
+    check_every: int,
+    lr: float,
+    history: History,
+    bar: object | None = None,
+) -> None:
+    """The body of :func:`topicmech.train.train` for uniform attention (arguments already checked).
 
-    Same arguments, same random stream and the same result (up to floating-point
-    rounding) as :func:`topicmech.train.train`, for models with ``attention="uniform"``;
-    see the module docstring for how it works. When ``W_V`` is the only trained matrix
-    (one-hot embeddings, identity head) the gradient is computed in closed form; otherwise
-    autograd differentiates the ``(batch, D)`` loss. The optimisers repeat the arithmetic
-    of ``torch.optim.SGD`` and ``torch.optim.Adam`` (default betas) without their per-step
-    overhead.
-
-    Parameters
-    ----------
-    model : OneLayerTransformer
-        With ``attention="uniform"``; only tensors with ``requires_grad`` are trained.
-        Data are drawn on the CPU and moved to the model's device.
-    data : TopicModel or LongTensor of shape (num_docs, N)
-        As in :func:`topicmech.train.train`.
-    steps, batch_size, doc_len, loss, optimizer, lr, l2, mask_prob, keep_prob, random_prob, seed, probes, probe_every
-        As in :func:`topicmech.train.train`.
-    lengths : LongTensor of shape (num_docs,), optional
-        Only with a tensor ``data``: document ``i`` has ``lengths[i]`` real tokens and the
-        rest of its row is padding, never a key and never selected.
-    check_every : int
-        The loss is checked for NaN/inf every ``check_every`` steps and at the end (one
-        synchronisation per check instead of one per step).
-
-    Returns
-    -------
-    History
-        ``loss`` holds the minibatch loss of every step (without the L2 term).
-
-    Raises
-    ------
-    FloatingPointError
-        If the loss becomes NaN or infinite; the message names the first such step
-        (training stops at most ``check_every - 1`` steps later).
+    Draws the random numbers of up to ``K`` steps at once, in exactly the order ``train``'s
+    per-step loop draws them, turns them into ``xbar``, ``Y`` and ``n``
+    (:func:`chunk_statistics`), then runs the sequential part: the ``(batch, D)`` loss,
+    its gradient (closed form when ``W_V`` is the only trained matrix) and ``opt.step()``.
+    Fills ``history`` in place.
     """
-    if getattr(model, "attention", None) != "uniform" or not hasattr(model, "W_V"):
-        raise ValueError("model must be a OneLayerTransformer with attention='uniform' "
-                         f"(use topicmech.train.train otherwise), got {type(model).__name__}")
-    steps = check_positive_int("steps", steps)
-    batch_size = check_positive_int("batch_size", batch_size)
-    check_every = check_positive_int("check_every", check_every)
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
-    if loss not in ("squared", "cross_entropy"):
-        raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-    if lr is None:
-        lr = {"sgd": 1.0, "adam": 1e-2}[optimizer]
-    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
-    if isinstance(l2, bool) or not (isinstance(l2, (int, float)) and l2 >= 0 and math.isfinite(l2)):
-        raise ValueError(f"l2 must be a float >= 0, got {l2!r}")
-    if probes is not None and (not isinstance(probes, Mapping)
-                               or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
-        raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
     D = model.num_tokens
     V = D - 1
+    N = doc_len
     from_model = isinstance(data, TopicModel)
-    if from_model:
-        if doc_len is None:
-            raise ValueError("doc_len is required when data is a topic model")
-        if lengths is not None:
-            raise ValueError("lengths is only for a tensor of documents, not a topic model")
-        N = check_positive_int("doc_len", doc_len)
-        if data.num_tokens != D:
-            raise ValueError(f"model has num_tokens={D} but the topic model has {data.num_tokens}")
-    else:
-        data = check_docs(data, V, name="data")
-        if data.shape[0] == 0 or data.shape[1] == 0:
-            raise ValueError(f"data must hold at least one document of at least one token, got shape {tuple(data.shape)}")
-        N = data.shape[1]
-        if lengths is not None:
-            lengths = _check_lengths(lengths, data.shape[0], N)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameters (everything is frozen)")
-    opt = _make_optimizer(params, optimizer, float(lr))
-    closed_form = _value_only(model, params)
-    probes = dict(probes or {})
-    probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
-    device = model_device(model)
+    device = params[0].device
     dtype = params[0].dtype
-    gen = make_generator(seed)
-    history = History()
-    _record(history, model, probes, 0)
-
+    closed_form = _value_only(model, params)
     B = batch_size
     K = max(1, min(steps, _CHUNK_BUDGET // (B * max(N, D))))                       # steps per chunk
     docs_c = torch.empty(K, B, N, dtype=torch.long)
@@ -514,24 +623,26 @@ def train_uniform(
             # 2. per-document statistics for the whole chunk (independent of the parameters)
             xbar, Y, n = chunk_statistics(
                 docs_c[:k_now], sel_u[:k_now], branch[:k_now], words[:k_now], num_tokens=D,
-                mask_prob=p_m, keep_prob=p_c, random_prob=p_r, attend_to_masked=model.attend_to_masked,
-                lengths=None if lengths is None else lengths[idx[:k_now]])
+                mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
+                attend_to_masked=model.attend_to_masked,
+                lengths=None if lengths is None else lengths[idx[:k_now]], dtype=dtype)
             n_total = n.sum(1).tolist()                                             # (k_now,) floats
-            xbar, Y, n = (t.to(device=device, dtype=dtype, non_blocking=True) for t in (xbar, Y, n))
+            xbar, Y, n = (t.to(device=device, non_blocking=True) for t in (xbar, Y, n))
         # 3. the sequential part: forward, loss, gradient, optimiser step
         for k in range(k_now):
             step += 1
             if closed_form:
                 with torch.no_grad():
                     value, total, grad = _value_step(params[0], xbar[k], Y[k], n[k], loss, n_total[k], l2)
-                    opt.step((grad,))
+                params[0].grad = grad
+                opt.step()
             else:
                 z = _logits_from_xbar(model, xbar[k])                              # (B, D)
                 value = uniform_loss(z, Y[k], n[k], loss, n_total[k])
                 total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
-                grads = torch.autograd.grad(total, params)
-                with torch.no_grad():
-                    opt.step(grads)
+                opt.zero_grad(set_to_none=True)
+                total.backward()
+                opt.step()
                 value, total = value.detach(), total.detach()
             losses.append(value)
             totals.append(total)
@@ -540,7 +651,69 @@ def train_uniform(
             if probes and (step % probe_every == 0 or step == steps):
                 check_finite(step)
                 _record(history, model, probes, step)
+            if bar is not None:
+                bar.update(1)
     check_finite(steps)
     history.step = list(range(1, steps + 1))
     history.loss = torch.stack(losses).tolist()
-    return history
+
+
+# ----------------------------------------------------------------------------------------
+# The former entry point
+# ----------------------------------------------------------------------------------------
+
+
+def train_uniform(
+    model: nn.Module,
+    data: TopicModel | torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    doc_len: int | None = None,
+    lengths: torch.Tensor | None = None,
+    loss: LossKind = "squared",
+    optimizer: Literal["sgd", "adam"] = "sgd",
+    lr: float | None = None,
+    l2: float = 0.0,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    seed: int = 0,
+    probes: Mapping[str, Probe] | None = None,
+    probe_every: int | None = None,
+    check_every: int = 100,
+) -> History:
+    """Train a uniform-attention :class:`~topicmech.model.OneLayerTransformer` (kept for old callers).
+
+    :func:`topicmech.train.train` now takes the fast uniform-attention path by itself;
+    this function checks that ``model`` has ``attention="uniform"`` and calls it with
+    ``path="fast"``. Same arguments and result as ``train``.
+
+    Parameters
+    ----------
+    model : OneLayerTransformer
+        With ``attention="uniform"``.
+    data, steps, batch_size, doc_len, lengths, loss, optimizer, lr, l2, mask_prob, keep_prob, random_prob, seed, probes, probe_every, check_every
+        As in :func:`topicmech.train.train`.
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is not a uniform-attention ``OneLayerTransformer``, or for any bad
+        argument ``train`` refuses.
+    FloatingPointError
+        If the loss becomes NaN or infinite.
+    """
+    if fast_path(model) != "uniform":
+        raise ValueError("model must be a OneLayerTransformer with attention='uniform' and no forward hooks "
+                         f"(use topicmech.train.train otherwise), got {type(model).__name__}")
+    from .train import train
+
+    return train(model, data, steps=steps, batch_size=batch_size, doc_len=doc_len, lengths=lengths, loss=loss,
+                 optimizer=optimizer, lr=lr, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
+                 random_prob=random_prob, seed=seed, probes=probes, probe_every=probe_every,
+                 check_every=check_every, path="fast")

@@ -224,7 +224,7 @@ class OneLayerTransformer(nn.Module):
         """Inner products of token embeddings, ``W_E^T W_E``, shape ``(D, D)``."""
         return self.W_E.T @ self.W_E
 
-    def freeze(self, *names: str) -> "OneLayerTransformer":
+    def freeze(self, *names: str) -> OneLayerTransformer:
         """Stop training the named matrices (``"W_E"``, ``"W_K"``, ``"W_Q"``, ``"W_V"``, ``"W_U"``).
 
         Freezing a matrix that is already fixed (a one-hot ``W_E``, uniform ``W_K``/``W_Q``,

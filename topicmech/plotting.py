@@ -6,10 +6,9 @@ structure is visible at a glance.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
-
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns

@@ -30,6 +30,11 @@ Map of the module (each step is a plain function, so any piece can be swapped):
   on real passages of at most ``max_pieces`` WordPieces, special tokens excluded, with a
   bootstrap over documents. :func:`pool_attention` and :func:`relation_masks_for_words`
   are the array-level steps.
+* **The authors' metric**: :func:`top_topic_words` (each topic's top fraction of the
+  vocabulary by p(word | topic), topics disjoint or overlapping), :func:`authors_metric`
+  (same/different ratios of embedding cosine, dot product and layer-and-head-averaged
+  attention; :func:`embedding_ratios`, :func:`attention_relation_sums`) and
+  :func:`random_encoder` (the same architecture, randomly initialised, as a control).
 * **Everything at once**: :func:`probe` -> :class:`ProbeResult`, the call the chapter makes
   for the Wikipedia sample and, unchanged, for the Lee corpus.
 
@@ -37,10 +42,9 @@ Notation (book notation page): ``num_topics`` is T; attention patterns are index
 ``(layer, head, query, key)``; rows of a HuggingFace embedding table are tokens, i.e. the
 table is ``W_E.T`` with shape ``(vocab_size, d_model)``.
 
-What the probe deliberately does *not* copy from the authors' released code (paper notes
-section 7.2): topics are looked up by the word string, never by a shifted token id;
-special tokens are excluded by the tokenizer's own special-token mask, not by string
-comparison with integer ids.
+What the probe deliberately does *not* copy from the authors' released code: topics are
+looked up by the word string, never by a shifted token id; special tokens are excluded by
+the tokenizer's own special-token mask, not by string comparison with integer ids.
 
 Hub access is switched off: importing this module sets ``HF_HUB_OFFLINE=1`` and
 ``TRANSFORMERS_OFFLINE=1`` unless they are already set, and every load passes
@@ -55,9 +59,10 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -65,7 +70,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 import torch
 
-from .utils import check_positive_int, check_probability
+from .utils import check_positive_int, check_probability, numpy_rng, shift_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import matplotlib.pyplot as plt
@@ -105,6 +110,12 @@ __all__ = [
     "attention_stats",
     "ProbeResult",
     "probe",
+    "top_fraction_count",
+    "top_topic_words",
+    "random_encoder",
+    "embedding_ratios",
+    "attention_relation_sums",
+    "authors_metric",
     "plot_attention_gap",
     "plot_embedding_thresholds",
 ]
@@ -360,7 +371,7 @@ class WordTopics:
     topics: Mapping[str, frozenset[int]]
 
     @classmethod
-    def from_dict(cls, mapping: Mapping[str, int | Iterable[int]], num_topics: int | None = None) -> "WordTopics":
+    def from_dict(cls, mapping: Mapping[str, int | Iterable[int]], num_topics: int | None = None) -> WordTopics:
         """Build from ``{word: topic}`` or ``{word: [topics]}`` (words are lower-cased)."""
         topics: dict[str, frozenset[int]] = {}
         for w, t in mapping.items():
@@ -393,7 +404,7 @@ class WordTopics:
         """The words that have a topic, sorted."""
         return sorted(self.topics)
 
-    def restrict(self, words: Iterable[str]) -> "WordTopics":
+    def restrict(self, words: Iterable[str]) -> WordTopics:
         """Keep only ``words``.
 
         Raises
@@ -416,13 +427,13 @@ class WordTopics:
                 M[i, t] = True
         return M
 
-    def shuffled(self, seed: int = 0) -> "WordTopics":
+    def shuffled(self, seed: int = 0) -> WordTopics:
         """The same topic sets dealt to the words in a random order (a null control).
 
         Topic sizes are kept; any link between a word and its topic is broken, so every
         same-minus-different statistic should be near zero.
         """
-        rng = np.random.default_rng(seed)
+        rng = numpy_rng(seed)
         words = self.words
         sets = [self.topics[w] for w in words]
         perm = rng.permutation(len(words))
@@ -440,8 +451,8 @@ class FittedLDA:
     corpus_name : str
     """
 
-    lda: "LdaModel"
-    dictionary: "Dictionary"
+    lda: LdaModel
+    dictionary: Dictionary
     corpus_name: str = ""
 
     @property
@@ -474,7 +485,7 @@ class FittedLDA:
         vocab = self.vocabulary
         return [[vocab[j] for j in np.argsort(-row, kind="stable")[:n]] for row in tw]
 
-    def top_words_table(self, n: int = 8) -> "pd.DataFrame":
+    def top_words_table(self, n: int = 8) -> pd.DataFrame:
         """A table with one row per topic and its ``n`` top words."""
         import pandas as pd
 
@@ -543,9 +554,10 @@ def fit_lda(
     Documents are tokenised with :func:`lda_tokenize`; words in fewer than ``no_below``
     documents or in more than a fraction ``no_above`` of them are dropped. LDA
     :cite:p:`blei2003lda` is fitted with gensim's online variational Bayes
-    (``random_state=seed``, ``alpha="auto"``) on bag-of-words counts. The paper's code used
-    100 topics and TF-IDF input on all of Wikipedia; with about 100 articles we use fewer
-    topics, and counts, which is what LDA models.
+    (``random_state`` is the shifted ``seed``, see :func:`topicmech.utils.seed_offset`;
+    ``alpha="auto"``) on bag-of-words counts. The paper's code used 100 topics and TF-IDF
+    input on all of Wikipedia; with about 100 articles we use fewer topics, and counts,
+    which is what LDA models.
 
     Parameters
     ----------
@@ -588,7 +600,7 @@ def fit_lda(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     tokens = corpus.lda_tokens()
-    params = dict(num_topics=num_topics, passes=passes, seed=int(seed), no_below=no_below, no_above=no_above,
+    params = dict(num_topics=num_topics, passes=passes, seed=shift_seed(seed), no_below=no_below, no_above=no_above,
                   iterations=iterations, version=1)
     path = None
     if cache_dir is not None:
@@ -608,7 +620,7 @@ def fit_lda(
     if sum(len(b) for b in bow) == 0:
         raise ValueError(f"corpus {corpus.name!r} has no token in the LDA vocabulary")
     lda = LdaModel(bow, id2word=dictionary, num_topics=num_topics, passes=passes, iterations=iterations,
-                   alpha="auto", random_state=int(seed), chunksize=2000, eval_every=None)
+                   alpha="auto", random_state=params["seed"], chunksize=2000, eval_every=None)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         lda.save(str(path))
@@ -646,7 +658,7 @@ def _check_model_dir(path: str | os.PathLike | None) -> Path:
     return p
 
 
-def load_tokenizer(path: str | os.PathLike | None = None) -> "PreTrainedTokenizerBase":
+def load_tokenizer(path: str | os.PathLike | None = None) -> PreTrainedTokenizerBase:
     """Load a fast tokenizer from a local folder, offline.
 
     Parameters
@@ -673,7 +685,7 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> "PreTrainedTokenize
     return tok
 
 
-def load_encoder(path: str | os.PathLike | None = None) -> tuple["PreTrainedTokenizerBase", "PreTrainedModel"]:
+def load_encoder(path: str | os.PathLike | None = None) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     """Load a BERT-like encoder and its fast tokenizer from a local folder, offline.
 
     The model is loaded with ``output_attentions=True`` and eager attention (so attention
@@ -764,7 +776,7 @@ class WordAlignment:
         return np.bincount(self.word_index[self.word_index >= 0], minlength=len(self.words))
 
 
-def _encode_words(tokenizer: "PreTrainedTokenizerBase", text: str) -> tuple[list[int], list[int | None], list[str]]:
+def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[int], list[int | None], list[str]]:
     """Ids, word ids and normalised word strings of ``text`` without special tokens."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("align_words needs a fast tokenizer (it uses word_ids())")
@@ -785,7 +797,7 @@ def _encode_words(tokenizer: "PreTrainedTokenizerBase", text: str) -> tuple[list
     return list(enc["input_ids"]), [None if w is None else order[w] for w in wids], words
 
 
-def _special_template(tokenizer: "PreTrainedTokenizerBase") -> tuple[list[int], list[int]]:
+def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
     """Ids the tokenizer puts before and after a single sequence (``[CLS]`` and ``[SEP]`` for BERT)."""
     probe_text = "topic"
     body = list(tokenizer(probe_text, add_special_tokens=False)["input_ids"])
@@ -796,7 +808,7 @@ def _special_template(tokenizer: "PreTrainedTokenizerBase") -> tuple[list[int], 
     raise ValueError("cannot locate the special tokens added by this tokenizer")
 
 
-def _build(tokenizer: "PreTrainedTokenizerBase", ids: list[int], wids: list[int | None], words: list[str],
+def _build(tokenizer: PreTrainedTokenizerBase, ids: list[int], wids: list[int | None], words: list[str],
            template: tuple[list[int], list[int]] | None) -> WordAlignment:
     local = sorted({w for w in wids if w is not None})
     remap = {w: i for i, w in enumerate(local)}
@@ -814,7 +826,7 @@ def _build(tokenizer: "PreTrainedTokenizerBase", ids: list[int], wids: list[int 
     )
 
 
-def align_words(tokenizer: "PreTrainedTokenizerBase", text: str, *, add_special_tokens: bool = True) -> WordAlignment:
+def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> WordAlignment:
     """Encode one passage and map every WordPiece to its whole word.
 
     Words are the tokenizer's pre-tokenised words (for BERT: split on white space and
@@ -837,7 +849,7 @@ def align_words(tokenizer: "PreTrainedTokenizerBase", text: str, *, add_special_
     return _build(tokenizer, ids, wids, words, _special_template(tokenizer) if add_special_tokens else None)
 
 
-def chunk_text(tokenizer: "PreTrainedTokenizerBase", text: str, *, max_pieces: int = 128) -> list[WordAlignment]:
+def chunk_text(tokenizer: PreTrainedTokenizerBase, text: str, *, max_pieces: int = 128) -> list[WordAlignment]:
     """Cut a document into passages of at most ``max_pieces`` pieces, at word boundaries.
 
     Each passage gets the tokenizer's special tokens, which count towards ``max_pieces``.
@@ -875,7 +887,7 @@ def chunk_text(tokenizer: "PreTrainedTokenizerBase", text: str, *, max_pieces: i
     return [_build(tokenizer, [ids[p] for p in c], [wids[p] for p in c], words, template) for c in chunks]
 
 
-def single_piece_words(tokenizer: "PreTrainedTokenizerBase", words: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def single_piece_words(tokenizer: PreTrainedTokenizerBase, words: Sequence[str]) -> tuple[list[str], np.ndarray]:
     """The words that the tokenizer encodes as one whole-word piece, and that piece's id.
 
     Returns
@@ -988,7 +1000,7 @@ class EmbeddingStats:
     def num_words(self) -> int:
         return len(self.words)
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         """One row per metric: means by relation, the gap and its interval."""
         import pandas as pd
 
@@ -1124,7 +1136,7 @@ def embedding_pair_stats(
         raise ValueError("every word needs at least one topic (a row of membership is all False)")
     n_boot = check_positive_int("n_boot", n_boot)
     level = _check_level(level)
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = numpy_rng(_check_seed(seed))
     words = tuple(words) if words is not None else tuple(str(i) for i in range(X.shape[0]))
     if len(words) != X.shape[0]:
         raise ValueError(f"{len(words)} words for {X.shape[0]} vectors")
@@ -1152,7 +1164,7 @@ def embedding_pair_stats(
     return EmbeddingStats(out["inner"], out["cosine"], words, n_same, n_diff, n_boot)
 
 
-def _embedding_table(model_or_table: "PreTrainedModel | np.ndarray | torch.Tensor") -> np.ndarray:
+def _embedding_table(model_or_table: PreTrainedModel | np.ndarray | torch.Tensor) -> np.ndarray:
     if isinstance(model_or_table, torch.nn.Module):
         emb = model_or_table.get_input_embeddings()
         if emb is None:
@@ -1163,8 +1175,8 @@ def _embedding_table(model_or_table: "PreTrainedModel | np.ndarray | torch.Tenso
 
 
 def embedding_stats(
-    model: "PreTrainedModel | np.ndarray | torch.Tensor",
-    tokenizer: "PreTrainedTokenizerBase",
+    model: PreTrainedModel | np.ndarray | torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
     word_topics: WordTopics,
     *,
     words: Iterable[str] | None = None,
@@ -1209,15 +1221,15 @@ def embedding_stats(
 
 
 def embedding_stats_by_threshold(
-    model: "PreTrainedModel | np.ndarray | torch.Tensor",
-    tokenizer: "PreTrainedTokenizerBase",
+    model: PreTrainedModel | np.ndarray | torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
     topic_model: FittedLDA,
     thresholds: Sequence[float] = (0.0, 0.3, 0.5, 0.7),
     *,
     n_boot: int = 500,
     level: float = 0.95,
     seed: int = 0,
-) -> "pd.DataFrame":
+) -> pd.DataFrame:
     """Statistic (a) for words of increasing topic specificity.
 
     For each threshold, words keep their best topic only if p(topic | word) >= threshold
@@ -1408,7 +1420,7 @@ class AttentionStats:
         lo, hi = _percentile_ci(self.boot_gap, 1.0 - 2.0 * tail)
         return np.where(lo > 0, 1, np.where(hi < 0, -1, 0))
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         """Long table, one row per (layer, head)."""
         import pandas as pd
 
@@ -1459,7 +1471,7 @@ def attention_stats_from_sums(
         raise ValueError(f"sums must have shape (n_docs, 4, L, H) and counts (n_docs, 4), got {S.shape} and {N.shape}")
     n_boot = check_positive_int("n_boot", n_boot)
     level = _check_level(level)
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = numpy_rng(_check_seed(seed))
     tot_n = N.sum(axis=0)
     if tot_n[2] == 0 or tot_n[3] == 0:
         raise ValueError(f"need same-topic and different-topic word pairs, got {int(tot_n[2])} and {int(tot_n[3])}")
@@ -1478,7 +1490,7 @@ def attention_stats_from_sums(
     )
 
 
-def _select_chunks(tokenizer: "PreTrainedTokenizerBase", corpus: Corpus, max_pieces: int, chunks_per_doc: int | None,
+def _select_chunks(tokenizer: PreTrainedTokenizerBase, corpus: Corpus, max_pieces: int, chunks_per_doc: int | None,
                    max_docs: int | None, rng: np.random.Generator) -> list[tuple[int, WordAlignment]]:
     n = len(corpus)
     docs = np.arange(n)
@@ -1496,8 +1508,8 @@ def _select_chunks(tokenizer: "PreTrainedTokenizerBase", corpus: Corpus, max_pie
 
 @torch.no_grad()
 def attention_stats(
-    model: "PreTrainedModel",
-    tokenizer: "PreTrainedTokenizerBase",
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     corpus: Corpus,
     word_topics: WordTopics,
     *,
@@ -1564,7 +1576,7 @@ def attention_stats(
         raise ValueError(f"pieces must be 'sum' or 'first', got {pieces!r}")
     if len(word_topics) == 0:
         raise ValueError("word_topics is empty")
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = numpy_rng(_check_seed(seed))
     chunks = _select_chunks(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, rng)
     if not chunks:
         raise ValueError(f"corpus {corpus.name!r} gives no passage")
@@ -1607,6 +1619,312 @@ def attention_stats(
 
 
 # --------------------------------------------------------------------------------------
+# The authors' metric: top words per topic, same/different ratios, random-init control
+# --------------------------------------------------------------------------------------
+
+
+def top_fraction_count(fraction: float, vocab_size: int) -> int:
+    """Number of words kept per topic for an "ambiguity threshold" ``fraction``.
+
+    ``max(1, round(fraction * vocab_size))``: the authors keep the top 0.05 %, 0.1 % or
+    0.2 % of *all* words of the vocabulary for each topic; on a small vocabulary that
+    fraction rounds to a handful of words, and never to fewer than one.
+
+    Raises
+    ------
+    ValueError
+        If ``fraction`` is not in (0, 1] or ``vocab_size`` is not a positive int.
+    """
+    f = check_probability("fraction", fraction)
+    if f <= 0.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    v = check_positive_int("vocab_size", vocab_size)
+    return max(1, int(round(f * v)))
+
+
+def top_topic_words(topic_model: FittedLDA, fraction: float, *, overlap: bool = False) -> WordTopics:
+    """The authors' word selection: each topic keeps only its most representative words.
+
+    For every topic ``t`` the ``k = top_fraction_count(fraction, V)`` words with the largest
+    p(word | topic) are selected (``V`` the LDA vocabulary size; ties broken by dictionary
+    order). With ``overlap=False`` (topics forced not to overlap) a word selected by more
+    than one topic is dropped, so every kept word has exactly one topic; with
+    ``overlap=True`` it keeps all the topics that selected it (two words are then
+    same-topic when their topic sets intersect, see :class:`WordTopics`).
+
+    Parameters
+    ----------
+    topic_model : FittedLDA
+    fraction : float in (0, 1]
+        The "ambiguity threshold", e.g. 0.0005, 0.001 or 0.002.
+    overlap : bool
+        Allow a word to belong to several topics.
+
+    Returns
+    -------
+    WordTopics
+
+    Raises
+    ------
+    ValueError
+        If ``fraction`` is out of range, or no word is left (every selected word shared).
+    """
+    tw = topic_model.topic_word()                                      # (T, V)
+    k = top_fraction_count(fraction, tw.shape[1])
+    order = np.argsort(-tw, axis=1, kind="stable")[:, :k]              # (T, k)
+    vocab = topic_model.vocabulary
+    sets: dict[str, set[int]] = {}
+    for t, row in enumerate(order):
+        for j in row:
+            sets.setdefault(vocab[int(j)], set()).add(t)
+    if not overlap:
+        sets = {w: s for w, s in sets.items() if len(s) == 1}
+    if not sets:
+        raise ValueError(f"no word left: with fraction={fraction!r} every selected word belongs to several topics")
+    return WordTopics(topic_model.num_topics, {w: frozenset(s) for w, s in sets.items()})
+
+
+def random_encoder(path: str | os.PathLike | Any | None = None, *, seed: int = 0) -> PreTrainedModel:
+    """A randomly initialised encoder with the architecture of a local model: the control.
+
+    The configuration is read from the local folder (``transformers.AutoConfig``, offline)
+    and the model is built with ``AutoModel.from_config``: no weight is loaded, every
+    parameter comes from the architecture's own initialiser, seeded with
+    ``torch.manual_seed(shift_seed(seed))`` (so ``TOPICMECH_SEED_OFFSET`` moves it). The
+    global torch random state is restored afterwards.
+
+    Parameters
+    ----------
+    path : path-like or ``transformers.PretrainedConfig``, optional
+        A model folder (default: :func:`bundled_model_path`) or a configuration object.
+    seed : int
+
+    Returns
+    -------
+    model
+        In evaluation mode, with eager attention that returns attention weights.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If it is not a model folder, or ``seed`` is not a non-negative int.
+    """
+    from transformers import AutoConfig, AutoModel, PretrainedConfig
+
+    seed = _check_seed(seed)
+    if isinstance(path, PretrainedConfig):
+        cfg = path.__class__.from_dict(path.to_dict())
+    else:
+        cfg = AutoConfig.from_pretrained(str(_check_model_dir(path)), local_files_only=True)
+    cfg.output_attentions = True
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(shift_seed(seed))
+        model = AutoModel.from_config(cfg, attn_implementation="eager")
+    finally:
+        torch.random.set_rng_state(state)
+    model.eval()
+    return model
+
+
+def _pair_ratio(X: np.ndarray, M: np.ndarray) -> tuple[float, float, int, int]:
+    """Same/different mean of ``x_i . x_j`` over ordered pairs i != j; also the two pair counts."""
+    p = _pair_means(np.ones((1, X.shape[0])), X, M, bool((M.sum(axis=1) == 1).all()))
+    return float(p["same_topic"][0]), float(p["diff_topic"][0]), int(round(p["num_same"][0])), int(round(p["num_diff"][0]))
+
+
+def embedding_ratios(vectors: np.ndarray | torch.Tensor, membership: np.ndarray) -> dict[str, float]:
+    """The authors' embedding metrics: same-topic / different-topic ratio of mean cosine and mean dot product.
+
+    Means are over ordered pairs of distinct words (same-topic: topic sets intersect;
+    different-topic: disjoint), as in :func:`embedding_pair_stats`, without intervals.
+
+    Parameters
+    ----------
+    vectors : array, shape (n, d)
+    membership : bool array, shape (n, T)
+
+    Returns
+    -------
+    dict
+        ``cosine_ratio, dot_ratio, cosine_same, cosine_diff, dot_same, dot_diff, num_same_pairs, num_diff_pairs``.
+
+    Raises
+    ------
+    ValueError
+        On shape mismatch, a zero vector, a word without a topic, or no pair in a relation.
+    """
+    if isinstance(vectors, torch.Tensor):
+        vectors = vectors.detach().cpu().double().numpy()
+    X = np.asarray(vectors, dtype=np.float64)
+    M = np.asarray(membership, dtype=bool)
+    if X.ndim != 2 or M.ndim != 2 or X.shape[0] != M.shape[0]:
+        raise ValueError(f"vectors (n, d) and membership (n, T) must agree, got {X.shape} and {M.shape}")
+    if not M.any(axis=1).all():
+        raise ValueError("every word needs at least one topic (a row of membership is all False)")
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ValueError("a vector has zero norm; its cosine is undefined")
+    ds, dd, ns, nd = _pair_ratio(X, M)
+    if ns == 0 or nd == 0:
+        raise ValueError(f"need same-topic and different-topic pairs, got {ns} and {nd}")
+    cs, cd, _, _ = _pair_ratio(X / norms, M)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {"cosine_ratio": float(np.float64(cs) / cd), "dot_ratio": float(np.float64(ds) / dd),
+                "cosine_same": cs, "cosine_diff": cd, "dot_same": ds, "dot_diff": dd,
+                "num_same_pairs": ns, "num_diff_pairs": nd}
+
+
+@torch.no_grad()
+def attention_relation_sums(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: Corpus,
+    selections: Mapping[str, WordTopics],
+    *,
+    max_pieces: int = 128,
+    chunks_per_doc: int | None = 1,
+    max_docs: int | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> dict[str, tuple[float, float, int, int]]:
+    """Total attention on same-topic and different-topic word pairs, one forward pass for many selections.
+
+    Passages are drawn as in :func:`attention_stats` (same ``seed``, same passages); each
+    layer's and head's attention is pooled to whole words (``pieces="sum"``), scaled by
+    the passage length (1 = uniform) and **averaged over layers and heads**; then, for each
+    word selection, summed over same-topic and different-topic pairs of distinct words
+    (repeats of one word are neither).
+
+    Returns
+    -------
+    dict
+        ``{name: (same_sum, diff_sum, same_pairs, diff_pairs)}``.
+    """
+    max_pieces = check_positive_int("max_pieces", max_pieces)
+    batch_size = check_positive_int("batch_size", batch_size)
+    if not selections:
+        raise ValueError("selections is empty")
+    rng = numpy_rng(_check_seed(seed))
+    chunks = _select_chunks(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, rng)
+    if not chunks:
+        raise ValueError(f"corpus {corpus.name!r} gives no passage")
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    acc = {name: [0.0, 0.0, 0, 0] for name in selections}
+    for b0 in range(0, len(chunks), batch_size):
+        batch = chunks[b0:b0 + batch_size]
+        P = max(c.num_pieces for _, c in batch)
+        ids = torch.full((len(batch), P), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), P), dtype=torch.long)
+        for i, (_, c) in enumerate(batch):
+            ids[i, :c.num_pieces] = torch.as_tensor(c.input_ids)
+            mask[i, :c.num_pieces] = 1
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        if getattr(out, "attentions", None) is None or out.attentions[0] is None:
+            raise ValueError("the model returned no attention weights; build it with attn_implementation='eager'")
+        att = torch.stack(out.attentions, dim=1).double().mean(dim=(1, 2))      # (batch, P, P), mean over L, H
+        for i, (_, c) in enumerate(batch):
+            n = c.num_pieces
+            wp = (pool_attention(att[i, :n, :n], c.word_index) * n).numpy()       # (W, W)
+            for name, wt in selections.items():
+                m = relation_masks_for_words(c.words, wt)
+                a = acc[name]
+                a[0] += float(wp[m["same_topic"]].sum())
+                a[1] += float(wp[m["diff_topic"]].sum())
+                a[2] += int(m["same_topic"].sum())
+                a[3] += int(m["diff_topic"].sum())
+    return {k: (v[0], v[1], int(v[2]), int(v[3])) for k, v in acc.items()}
+
+
+def authors_metric(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: Corpus,
+    topic_model: FittedLDA,
+    *,
+    fractions: Sequence[float] = (0.0005, 0.001, 0.002),
+    overlaps: Sequence[bool] = (False, True),
+    max_pieces: int = 128,
+    chunks_per_doc: int | None = 1,
+    max_docs: int | None = None,
+    seed: int = 0,
+    vectors: Literal["table", "layer"] = "table",
+) -> pd.DataFrame:
+    """The authors' Wikipedia metric for one encoder: three same/different ratios per word selection.
+
+    For each ``fraction`` and ``overlap`` setting, words are selected with
+    :func:`top_topic_words` and only those the tokenizer encodes as a single WordPiece are
+    kept (for both metrics: a multi-piece word has no embedding row of its own, and as an
+    attention key it would collect the weight of all its pieces); then
+
+    * **cosine ratio** and **dot-product ratio**: mean cosine (dot product) of the input
+      token embeddings of same-topic pairs of distinct words over that of different-topic
+      pairs (only words that are a single WordPiece have an embedding row);
+    * **attention ratio**: mean attention between same-topic words over mean attention
+      between different-topic words on passages of the corpus, attention **averaged over
+      all layers and heads** (the authors do not say how they aggregate), see
+      :func:`attention_relation_sums`.
+
+    ``vectors="table"`` uses the rows of the input embedding table; ``vectors="layer"``
+    uses the output of the model's embedding layer (``model.embeddings``: word plus
+    position plus segment embedding, then LayerNorm) for the word alone at position 0,
+    which shares a common component across words (the authors do not say which they use).
+
+    Returns
+    -------
+    DataFrame
+        One row per (overlap, fraction): ``overlap, fraction, words_per_topic, words``
+        (selected), ``single_piece_words`` (used), ``cosine_ratio, dot_ratio, attention_ratio, attention_pairs_same,
+        attention_pairs_diff``. A ratio is NaN when a relation has no pair.
+    """
+    import pandas as pd
+
+    if vectors not in ("table", "layer"):
+        raise ValueError(f"vectors must be 'table' or 'layer', got {vectors!r}")
+    if vectors == "layer" and not isinstance(getattr(model, "embeddings", None), torch.nn.Module):
+        raise ValueError("vectors='layer' needs a model with an `embeddings` module (BERT-like)")
+    table = _embedding_table(model) if vectors == "table" else None
+    V = len(topic_model.vocabulary)
+    sel: dict[str, WordTopics] = {}
+    meta: dict[str, tuple[bool, float]] = {}
+    for ov in overlaps:
+        for f in fractions:
+            name = f"{'overlap' if ov else 'disjoint'}-{f!r}"
+            wt = top_topic_words(topic_model, f, overlap=bool(ov))
+            kept, _ = single_piece_words(tokenizer, wt.words)
+            if not kept:
+                raise ValueError(f"no word selected with fraction={f!r} is a single WordPiece")
+            sel[name] = wt.restrict(kept)
+            meta[name] = (bool(ov), float(f), len(wt))
+    att = attention_relation_sums(model, tokenizer, corpus, sel, max_pieces=max_pieces, chunks_per_doc=chunks_per_doc,
+                                  max_docs=max_docs, seed=seed)
+    rows = []
+    for name, wt in sel.items():
+        ov, f, n_selected = meta[name]
+        kept, ids = single_piece_words(tokenizer, wt.words)
+        er = {"cosine_ratio": float("nan"), "dot_ratio": float("nan")}
+        if len(kept) >= 2:
+            if table is not None:
+                X = table[ids]
+            else:
+                with torch.no_grad():
+                    X = model.embeddings(input_ids=torch.as_tensor(ids)[:, None])[:, 0].double().numpy()
+            try:
+                er = embedding_ratios(X, wt.membership(kept))
+            except ValueError:
+                pass
+        ss, sd, ns, nd = att[name]
+        ar = (ss / ns) / (sd / nd) if ns > 0 and nd > 0 and sd > 0 else float("nan")
+        rows.append({"overlap": ov, "fraction": f, "words_per_topic": top_fraction_count(f, V), "words": n_selected,
+                     "single_piece_words": len(kept), "cosine_ratio": er["cosine_ratio"], "dot_ratio": er["dot_ratio"],
+                     "attention_ratio": float(ar), "attention_pairs_same": ns, "attention_pairs_diff": nd})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------
 # Everything at once
 # --------------------------------------------------------------------------------------
 
@@ -1631,14 +1949,14 @@ class ProbeResult:
     topics: FittedLDA
     word_topics: WordTopics
     embedding: EmbeddingStats
-    by_threshold: "pd.DataFrame"
+    by_threshold: pd.DataFrame
     attention: AttentionStats
 
 
 def probe(
     corpus: Corpus,
-    tokenizer: "PreTrainedTokenizerBase",
-    model: "PreTrainedModel",
+    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel,
     *,
     num_topics: int = 20,
     passes: int = 10,
@@ -1689,8 +2007,8 @@ def probe(
 # --------------------------------------------------------------------------------------
 
 
-def plot_attention_gap(stats: AttentionStats, *, ax: "plt.Axes | None" = None, title: str = "", alpha: float = 0.05,
-                       vmax: float | None = None) -> "plt.Axes":
+def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, title: str = "", alpha: float = 0.05,
+                       vmax: float | None = None) -> plt.Axes:
     """Layer-by-head heatmap of ``same_topic - diff_topic`` attention.
 
     Cells marked ``+`` (``-``) have a Bonferroni-corrected interval (level
@@ -1705,10 +2023,10 @@ def plot_attention_gap(stats: AttentionStats, *, ax: "plt.Axes | None" = None, t
     v = vmax if vmax is not None else float(np.nanmax(np.abs(g)))
     im = ax.imshow(g, cmap="RdBu_r", vmin=-v, vmax=v, aspect="auto")
     sig = stats.significant(alpha)
-    for (l, h), s in np.ndenumerate(sig):
+    for (layer, h), s in np.ndenumerate(sig):
         if s:
-            dark = abs(g[l, h]) > 0.6 * v
-            ax.text(h, l, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
+            dark = abs(g[layer, h]) > 0.6 * v
+            ax.text(h, layer, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
                     color="white" if dark else "black")
     L, H = g.shape
     ax.set_xticks(range(H))
@@ -1722,8 +2040,8 @@ def plot_attention_gap(stats: AttentionStats, *, ax: "plt.Axes | None" = None, t
     return ax
 
 
-def plot_embedding_thresholds(frames: Mapping[str, "pd.DataFrame"], *, metric: str = "cosine",
-                              ax: "plt.Axes | None" = None) -> "plt.Axes":
+def plot_embedding_thresholds(frames: Mapping[str, pd.DataFrame], *, metric: str = "cosine",
+                              ax: plt.Axes | None = None) -> plt.Axes:
     """Same-minus-different similarity gap (with intervals) against the topic-specificity threshold.
 
     Parameters

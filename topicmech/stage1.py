@@ -8,7 +8,12 @@ several seeds with the same settings, which is why the settings live here.
 * :func:`train_value_matrix`: one-hot embeddings, frozen uniform attention, identity
   head, ``W^V`` trained by plain SGD on fresh documents every step (through
   :func:`topicmech.train.train`), with a step-decay learning-rate schedule.
-* :data:`SQUARED_SCHEDULE`, :data:`CROSS_ENTROPY_SCHEDULE`: the schedules the book uses.
+* :func:`default_schedule`: the schedule :func:`train_value_matrix` runs when none is
+  given, derived from the exact spectrum of ``Sigma`` for the setting at hand
+  (:func:`topicmech.theory.sigma_eigenvalues`).
+* :data:`SQUARED_SCHEDULE`, :data:`CROSS_ENTROPY_SCHEDULE`: fixed schedules for the book's
+  setting ``T = v = 10, tau = 2, N = 64`` (kept for reference; other settings should use
+  :func:`default_schedule`).
 * :func:`block_errors`: learned orbit means minus the exact ones.
 * :func:`centre_columns`, :func:`contrast_correlation`, :func:`column_topic_margin`:
   compare matrices up to the column shifts that a softmax cannot see (cross-entropy
@@ -23,25 +28,55 @@ learning rate is capped by the largest eigenvalue (the all-ones / ``[MASK]`` dir
 while the same-word boost lives on the smallest one (within-topic contrasts, of order
 ``1 / N``). A large step first removes the bias along that slow direction; smaller steps
 then shrink the SGD noise, whose stationary variance is proportional to the step size.
+
+**The default schedule** (:func:`default_schedule`) turns this into a rule that holds for
+every ``T, v, tau, N`` and masking rates. With ``lambda_max, lambda_min`` the largest and
+smallest positive eigenvalues of the exact ``Sigma`` (:func:`topicmech.theory.sigma_eigenvalues`;
+word block only when masked keys are hidden):
+
+* squared loss: three phases at learning rates ``lr_1 = 0.5 / lambda_max`` (half the
+  stability limit, room for the minibatch curvature to fluctuate), ``lr_1 / 3`` and
+  ``lr_1 / 10``, with 40%, 35% and 25% of the steps. The total ``n`` is the smallest that
+  shrinks the initial error along the slowest direction by the factor ``tol``:
+  ``sum_i 2 lr_i lambda_min n_i >= log(1 / tol)``, i.e.
+  ``n = log(1 / tol) kappa_S / 0.5417`` with the condition number
+  ``kappa_S = lambda_max / lambda_min`` (``tol = 1e-2`` gives ``n ~ 8.5 kappa_S``);
+* cross-entropy: the Hessian of the softmax cross-entropy in the logits is
+  ``diag(p) - p p^T``, at most ``1/2`` in every direction, against ``2`` for the squared
+  loss ``||f - e_y||^2``; so the cross-entropy Hessian in ``W`` is at most a quarter of
+  the squared-loss one and the same phases run at four times the learning rates. The
+  cross-entropy optimum is at infinity (the ``[MASK]`` output row), so the run stops
+  after the same number of steps, when the block pattern has formed.
+
+For T = v = 10, tau = 2, N = 64 with visible keys this gives ``lr_1 = 19.5`` (the fixed
+:data:`SQUARED_SCHEDULE` starts at 30, 0.77 of the limit).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 
 from .data import TopicModel
 from .model import OneLayerTransformer
-from .theory import ValueBlocks, orbit_means
+from .theory import ValueBlocks, orbit_means, sigma_eigenvalues
 from .train import train
-from .utils import check_masking, check_positive_int
+from .utils import check_masking, check_positive_int, spawn_seeds
 
 __all__ = [
     "SQUARED_SCHEDULE",
+    "SAFE_FRACTION",
+    "PHASE_DECAY",
+    "PHASE_SHARE",
+    "MAX_DEFAULT_STEPS",
+    "MIN_PHASE_STEPS",
+    "sigma_range",
+    "default_schedule",
     "CROSS_ENTROPY_SCHEDULE",
     "DEFAULT_BATCH_SIZE",
     "StageOneRun",
@@ -54,19 +89,179 @@ __all__ = [
 
 Schedule = Sequence[tuple[float, int]]
 
-#: ``(learning rate, steps)`` phases for squared loss (plain SGD). For T = v = 10, tau = 2, N = 64 the largest stable step is about
+#: ``(learning rate, steps)`` phases for squared loss (plain SGD), fixed for the book's
+#: setting T = v = 10, tau = 2, N = 64, visible keys, where the largest stable step is
 #: ``1 / lambda_max(Sigma) ~ 39``; 30 removes the slow within-topic bias, 10 and 4
-#: shrink the noise.
+#: shrink the noise. Not the default: elsewhere 30 can exceed the limit (T = 6, v = 5,
+#: N = 40, p_m = 0.2 has ``1 / lambda_max = 18``); see :func:`default_schedule`.
 SQUARED_SCHEDULE: tuple[tuple[float, int], ...] = ((30.0, 500), (10.0, 400), (4.0, 300))
 
-#: ``(learning rate, steps)`` for cross-entropy (plain SGD). The softmax divides the
-#: curvature by roughly ``D``, so the step can be larger; the run is not meant to
-#: converge (the cross-entropy optimum has the ``[MASK]`` output row at minus infinity),
-#: only to show the block pattern.
+#: ``(learning rate, steps)`` for cross-entropy (plain SGD), fixed for the book's setting
+#: (no longer the default; see :func:`default_schedule`). At ``W^V = 0`` the softmax
+#: divides the curvature by about ``D``, so the step can be larger; the run is not meant
+#: to converge (the cross-entropy optimum has the ``[MASK]`` output row at minus
+#: infinity), only to show the block pattern.
 CROSS_ENTROPY_SCHEDULE: tuple[tuple[float, int], ...] = ((100.0, 300),)
 
 #: Documents per SGD step, by loss (the squared-loss run needs less noise).
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
+
+
+#: Fraction of the stability limit ``1 / lambda_max`` at which the first phase of
+#: :func:`default_schedule` runs (squared loss; cross-entropy runs at four times the rates).
+SAFE_FRACTION: float = 0.5
+#: Learning rate of each phase of :func:`default_schedule`, relative to the first.
+PHASE_DECAY: tuple[float, ...] = (1.0, 1.0 / 3.0, 1.0 / 10.0)
+#: Share of the steps spent in each phase of :func:`default_schedule`.
+PHASE_SHARE: tuple[float, ...] = (0.4, 0.35, 0.25)
+#: A default schedule longer than this raises (ill-conditioned setting: pass a schedule or use ``l2``).
+MAX_DEFAULT_STEPS: int = 50_000
+#: Smallest number of steps in a phase of :func:`default_schedule`.
+MIN_PHASE_STEPS: int = 20
+
+
+def _check_unit_interval(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not (0.0 < float(value) < 1.0):
+        raise ValueError(f"{name} must be a float in (0, 1), got {value!r}")
+    return float(value)
+
+
+def sigma_range(
+    topic_model: TopicModel,
+    doc_len: int,
+    *,
+    attend_to_masked: bool = True,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    needs: str = "schedule",
+) -> tuple[float, float]:
+    """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` for a topic model.
+
+    :class:`~topicmech.data.SimplifiedTopicModel` goes through
+    :func:`topicmech.theory.sigma_eigenvalues`; :class:`~topicmech.data.LDATopicModel`
+    through :func:`topicmech.sweeps.lda_moments` (the same restriction to the word block
+    when masked keys are hidden).
+
+    Parameters
+    ----------
+    topic_model : TopicModel
+    doc_len : int
+    attend_to_masked : bool
+    mask_prob, keep_prob, random_prob : float
+    needs : str
+        Name of the argument the caller should set when no ``Sigma`` is available (used in
+        the error message).
+
+    Returns
+    -------
+    lambda_min, lambda_max : float
+
+    Raises
+    ------
+    ValueError
+        For any other topic model: no exact ``Sigma`` is available, so no step size can be
+        derived; pass a schedule or a learning rate explicitly.
+    """
+    from .data import LDATopicModel, SimplifiedTopicModel
+
+    masking = (mask_prob, keep_prob, random_prob)
+    if isinstance(topic_model, SimplifiedTopicModel):
+        return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
+                                 doc_len, *masking, attend_to_masked=attend_to_masked)
+    if isinstance(topic_model, LDATopicModel):
+        from .sweeps import lda_moments
+
+        S, _ = lda_moments(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
+                           *masking, attend_to_masked=attend_to_masked)
+        if not attend_to_masked:
+            S = S[:-1, :-1]
+        ev = np.linalg.eigvalsh(0.5 * (S + S.T))
+        pos = ev[ev > 1e-12 * ev[-1]]
+        return float(pos[0]), float(ev[-1])
+    raise ValueError(
+        f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived from the "
+        f"setting; pass {needs} explicitly"
+    )
+
+
+def default_schedule(
+    topic_model: TopicModel,
+    doc_len: int,
+    *,
+    loss: Literal["squared", "cross_entropy"] = "squared",
+    attend_to_masked: bool = True,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    l2: float = 0.0,
+    tol: float = 1e-2,
+) -> tuple[tuple[float, int], ...]:
+    """The ``(lr, steps)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
+
+    Rule (module docstring): with ``lambda_max, lambda_min`` the extreme eigenvalues of the
+    exact ``Sigma`` (plus ``l2``, the ridge adds ``l2 I`` to the Hessian), the phases run at
+    ``lr_1 = SAFE_FRACTION / lambda_max`` times :data:`PHASE_DECAY` (times 4 for
+    cross-entropy, whose Hessian is at most a quarter of the squared-loss one) for
+    :data:`PHASE_SHARE` of ``n`` steps, where ``n`` is the smallest number for which the
+    population gradient flow shrinks the error along the slowest eigenvector of ``Sigma``
+    by the factor ``tol``: ``sum_i 2 lr_i lambda_min n_i >= log(1 / tol)`` (squared loss;
+    the cross-entropy run uses the same steps). Each phase has at least
+    :data:`MIN_PHASE_STEPS` steps.
+
+    Parameters
+    ----------
+    topic_model : TopicModel
+        A :class:`~topicmech.data.SimplifiedTopicModel` or
+        :class:`~topicmech.data.LDATopicModel` (see :func:`sigma_range`).
+    doc_len : int
+    loss : {"squared", "cross_entropy"}
+    attend_to_masked : bool
+    mask_prob, keep_prob, random_prob : float
+    l2 : float
+        Ridge weight of the run.
+    tol : float
+        Factor in (0, 1) by which the slowest component of the initial error must shrink.
+
+    Returns
+    -------
+    schedule : tuple of (float, int)
+
+    Raises
+    ------
+    ValueError
+        For a topic model without exact moments, or when the setting is so ill-conditioned
+        that more than :data:`MAX_DEFAULT_STEPS` steps would be needed (pass a schedule,
+        or a ridge ``l2`` that lifts ``lambda_min``).
+
+    Examples
+    --------
+    >>> from topicmech.data import SimplifiedTopicModel
+    >>> sched = default_schedule(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
+    >>> [round(lr, 2) for lr, _ in sched]
+    [9.08, 3.03, 0.91]
+    """
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    tol = _check_unit_interval("tol", tol)
+    if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not (math.isfinite(l2) and l2 >= 0):
+        raise ValueError(f"l2 must be a finite float >= 0, got {l2!r}")
+    lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
+                                   keep_prob=keep_prob, random_prob=random_prob)
+    lam_min, lam_max = lam_min + l2, lam_max + l2
+    lr1 = SAFE_FRACTION / lam_max
+    per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
+    total = math.ceil(math.log(1.0 / tol) / per_step)
+    if total > MAX_DEFAULT_STEPS:
+        raise ValueError(
+            f"the default schedule would need {total} steps (condition number of Sigma "
+            f"{lam_max / lam_min:.0f}); pass schedule explicitly, or raise l2 or tol"
+        )
+    if loss == "cross_entropy":  # Hessian <= (lambda_max / 2 + 2 l2) = 2 (lambda_max + 4 l2) / 4
+        lr1 = 4.0 * SAFE_FRACTION / (lam_max + 3.0 * l2)
+    return tuple((lr1 * d, max(MIN_PHASE_STEPS, math.ceil(total * w)))
+                 for d, w in zip(PHASE_DECAY, PHASE_SHARE))
 
 
 def _check_schedule(schedule: object) -> tuple[tuple[float, int], ...]:
@@ -84,13 +279,6 @@ def _check_schedule(schedule: object) -> tuple[tuple[float, int], ...]:
             raise ValueError(f"schedule steps must be positive integers, got {schedule!r}")
         out.append((lr, int(steps)))
     return tuple(out)
-
-
-def _phase_seeds(seed: int, n: int) -> list[int]:
-    """Independent seeds for the data of each phase, derived from ``seed``."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
 @dataclass
@@ -169,7 +357,9 @@ def train_value_matrix(
         (the authors' code).
     loss : {"squared", "cross_entropy"}
     schedule : sequence of (lr, steps), optional
-        Defaults to :data:`SQUARED_SCHEDULE` or :data:`CROSS_ENTROPY_SCHEDULE`.
+        Defaults to :func:`default_schedule` for this setting (step sizes from the exact
+        largest eigenvalue of ``Sigma``, length from its condition number; raises
+        ValueError for a topic model without exact moments).
     batch_size : int, optional
         Documents per step; defaults to :data:`DEFAULT_BATCH_SIZE` for the loss.
     l2 : float
@@ -198,8 +388,10 @@ def train_value_matrix(
         raise ValueError(f"topic_model must be a topicmech.data.TopicModel, got {type(topic_model).__name__}")
     if loss not in ("squared", "cross_entropy"):
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    check_masking(mask_prob, keep_prob, random_prob)
     if schedule is None:
-        schedule = SQUARED_SCHEDULE if loss == "squared" else CROSS_ENTROPY_SCHEDULE
+        schedule = default_schedule(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
+                                    mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
     phases = _check_schedule(schedule)
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
@@ -218,7 +410,7 @@ def train_value_matrix(
     probe_step: list[np.ndarray] = []
     blocks: list[np.ndarray] = []
     losses: list[float] = []
-    for k, ((lr, steps), data_seed) in enumerate(zip(phases, _phase_seeds(seed, len(phases)))):
+    for k, ((lr, steps), data_seed) in enumerate(zip(phases, spawn_seeds(seed, len(phases)))):
         hist = train(
             model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
             optimizer="sgd", lr=lr, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,

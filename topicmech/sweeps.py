@@ -20,7 +20,13 @@ same functions, so the book and the tests cannot drift apart.
   :func:`stage1_point` (the same, building the data and the exact reference from
   parameters), :func:`compensation_run` (learned embeddings and learned attention, with
   one of them handicapped or neither), :func:`deep_run` (the multi-head, multi-layer
-  :class:`~topicmech.model.TwoLayerTransformer`).
+  :class:`~topicmech.model.TwoLayerTransformer`). Default learning rates come from the
+  setting: plain SGD on ``W^V`` runs at half the stability limit ``1 / lambda_max`` of the
+  exact ``Sigma`` (:func:`topicmech.stage1.sigma_range`; four times that rate for
+  cross-entropy, whose Hessian is at most a quarter of the squared-loss one), Adam at
+  :data:`ADAM_LR` (its step does not scale with the curvature); where no such rule
+  exists (SGD on learned embeddings or on the two-layer model) the runner raises
+  ValueError and asks for ``lr``.
 * **Probes**: :func:`embedding_cosine_contrast` (block means of the cosine similarity of
   word embeddings) and :func:`head_attention` (attention by relation for every layer and
   head).
@@ -43,19 +49,20 @@ released code).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from . import theory
+from . import stage1, theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel
 from .dynamics import Sweep, heldout_batch
 from .fast import train_uniform
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_seeds, check_positive_int, seed_everything
+from .utils import check_positive_int, check_seeds, seed_everything
 
 __all__ = [
     "lda_effective_topics",
@@ -76,11 +83,16 @@ __all__ = [
     "sweep_axes",
     "aggregate",
     "HANDICAPS",
+    "ADAM_LR",
     "SWEEP_PARAMETERS",
 ]
 
 LossKind = Literal["squared", "cross_entropy"]
 OptimizerKind = Literal["sgd", "adam"]
+
+#: Default Adam learning rate of the runners. Adam's step is about ``lr`` per entry whatever
+#: the curvature (it divides the gradient by its running scale), so it needs no setting-derived value.
+ADAM_LR: float = 1e-2
 
 #: Settings of :func:`compensation_run`: nothing handicapped, embeddings frozen to one-hot,
 #: attention frozen to uniform.
@@ -330,12 +342,12 @@ def stage1_run(
     *,
     topic_model: TopicModel,
     doc_len: int,
-    steps: int = 400,
+    steps: int | None = None,
     batch_size: int = 128,
     loss: LossKind = "squared",
     optimizer: OptimizerKind = "sgd",
     lr: float | None = None,
-    anneal_steps: int = 0,
+    anneal_steps: int | None = None,
     l2: float = 0.0,
     attend_to_masked: bool = False,
     mask_prob: float = 0.15,
@@ -357,18 +369,31 @@ def stage1_run(
         Simplified or LDA data.
     doc_len : int
         ``N``.
-    steps : int
-        Steps at learning rate ``lr``.
+    steps : int, optional
+        Steps at learning rate ``lr``. Default for SGD: enough for the population gradient
+        flow to shrink the initial error along the slowest eigenvector of ``Sigma`` by a
+        factor 100, ``ceil(log(100) / (2 lr (lambda_min + l2)))`` for squared loss; with the
+        default ``lr`` that is ``log(100) ~ 4.6`` times the condition number
+        ``(lambda_max + l2) / (lambda_min + l2)``, and at least 200 (a well-conditioned
+        setting would otherwise stop before the SGD noise averages out). Cross-entropy takes
+        the same number of steps at its default rate. For Adam 400.
     batch_size : int
         Fresh documents per step.
     loss : {"squared", "cross_entropy"}
     optimizer : {"sgd", "adam"}
     lr : float, optional
-        Defaults to 10 for SGD (a stable rate for squared loss at ``N`` in the tens) and
-        1e-2 for Adam.
-    anneal_steps : int
+        Default for SGD, from the exact ``Sigma`` of the setting
+        (:func:`topicmech.stage1.sigma_range`: simplified or LDA data): half the
+        stability limit, ``0.5 / (lambda_max + l2)`` for squared loss (the gradient is
+        ``2 (W Sigma - C)``) and ``2 / (lambda_max + 4 l2)`` for cross-entropy (its
+        Hessian is at most a quarter of the squared-loss one); another topic model raises
+        ValueError (pass ``lr``). For Adam 1e-2: Adam divides the gradient by its running
+        scale, so its step is about ``lr`` per entry whatever the curvature, and 1e-2 is
+        small next to the entries of ``W*`` (of order ``1 / v``).
+    anneal_steps : int, optional
         Extra steps at ``lr / 10`` after the first ``steps`` (fresh optimiser state),
-        which shrinks the SGD noise around the optimum by about ``sqrt(10)``.
+        which shrinks the SGD noise around the optimum by about ``sqrt(10)``. Default: 0
+        when ``steps`` is given; with the derived default ``steps``, half as many again.
     l2 : float
         Penalty ``l2 * ||W^V||_F^2`` added to the mean loss (the ridge of
         :func:`topicmech.theory.optimal_value_matrix`).
@@ -396,12 +421,29 @@ def stage1_run(
         term), optionally ``"rel_error"`` and ``"W_V"`` (ndarray, shape (D, D)).
     """
     _check_topic_model(topic_model)
-    steps = check_positive_int("steps", steps)
-    if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
+    if anneal_steps is None:
+        anneal_steps = -1 if steps is None else 0                  # -1: half the derived steps, set below
+    elif isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
         raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
     _check_bool("attend_to_masked", attend_to_masked)
-    if lr is None:
-        lr = {"sgd": 10.0, "adam": 1e-2}.get(optimizer, 1.0)
+    _check_choice("loss", loss, ("squared", "cross_entropy"))
+    _check_choice("optimizer", optimizer, ("sgd", "adam"))
+    l2 = _check_nonneg_float("l2", l2)
+    if optimizer == "adam":
+        lr = ADAM_LR if lr is None else lr
+        steps = 400 if steps is None else steps
+    elif lr is None or steps is None:
+        lam_min, lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=bool(attend_to_masked),
+                                              mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
+                                              needs="lr and steps")
+        curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
+        if lr is None:
+            lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
+        if steps is None:
+            steps = max(200, math.ceil(math.log(100.0) * curv / (2.0 * float(lr) * (lam_min + curv * l2))))
+    steps = check_positive_int("steps", steps)
+    if anneal_steps < 0:
+        anneal_steps = steps // 2
     model = OneLayerTransformer(topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned",
                                 head="identity", attend_to_masked=bool(attend_to_masked), init_scale=init_scale,
                                 seed=seed)
@@ -631,7 +673,13 @@ def compensation_run(
     loss : {"squared", "cross_entropy"}
     optimizer : {"sgd", "adam"}
     lr : float, optional
-        Defaults to 1e-2 for Adam and 10 for SGD.
+        Adam: :data:`ADAM_LR` (Adam's step does not scale with the curvature). SGD with
+        ``handicap="embedding"`` (one-hot embeddings, so at the start only ``W^V`` feels
+        curvature, that of the stage-1 ``Sigma`` at uniform attention):
+        ``0.5 / lambda_max`` (squared loss) or ``2 / lambda_max`` (cross-entropy), as in
+        :func:`stage1_run`. SGD with learned embeddings has no such bound (the tied loss
+        is quartic in ``W_E``, its curvature grows with the embeddings) and raises
+        ValueError: pass ``lr``.
     attend_to_masked : bool
         Key visibility of selected positions during training (default ``False``).
     init_scale : float
@@ -656,8 +704,21 @@ def compensation_run(
     _check_bool("attend_to_masked", attend_to_masked)
     doc_len = check_positive_int("doc_len", doc_len)
     D = topic_model.num_tokens
+    _check_choice("optimizer", optimizer, ("sgd", "adam"))
+    _check_choice("loss", loss, ("squared", "cross_entropy"))
     if lr is None:
-        lr = {"sgd": 10.0, "adam": 1e-2}.get(optimizer, 1.0)
+        if optimizer == "adam":
+            lr = ADAM_LR
+        elif handicap == "embedding":
+            lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=bool(attend_to_masked),
+                                         mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
+                                         needs="lr")[1]
+            lr = stage1.SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+        else:
+            raise ValueError(
+                f"no default SGD learning rate with learned embeddings (handicap={handicap!r}): the tied loss "
+                "is quartic in W_E and its curvature grows during training; pass lr, or use optimizer='adam'"
+            )
     if handicap == "embedding":
         kw = dict(embedding="one_hot", attention="learned")
         d = D
@@ -698,7 +759,7 @@ def deep_run(
     batch_size: int = 64,
     loss: LossKind = "squared",
     optimizer: OptimizerKind = "adam",
-    lr: float = 1e-2,
+    lr: float | None = None,
     attend_to_masked: bool = False,
     init_scale: float = 0.1,
     heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None,
@@ -716,7 +777,10 @@ def deep_run(
     steps, batch_size : int
     loss : {"squared", "cross_entropy"}
     optimizer : {"sgd", "adam"}
-    lr : float
+    lr : float, optional
+        Adam: :data:`ADAM_LR` by default (Adam's step does not scale with the curvature).
+        SGD has no setting-derived rate here (LayerNorm, residual stream and tied head
+        make the curvature depend on the weights) and raises ValueError without ``lr``.
     attend_to_masked : bool
         Key visibility of selected positions during training (default ``False``).
     init_scale : float
@@ -736,6 +800,12 @@ def deep_run(
     _check_topic_model(topic_model)
     _check_bool("attend_to_masked", attend_to_masked)
     doc_len = check_positive_int("doc_len", doc_len)
+    _check_choice("optimizer", optimizer, ("sgd", "adam"))
+    if lr is None:
+        if optimizer == "sgd":
+            raise ValueError("no default SGD learning rate for the two-layer model (its curvature depends on the "
+                             "weights); pass lr, or use optimizer='adam'")
+        lr = ADAM_LR
     model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_heads=num_heads, num_layers=num_layers,
                                 attend_to_masked=bool(attend_to_masked), init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,

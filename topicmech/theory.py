@@ -3,13 +3,16 @@
 Everything here is a pure function of the data parameters (no training), except the
 tied-embedding optimiser (a small deterministic numerical optimisation) and the
 Monte-Carlo stage-2 gradient (which samples data through :mod:`topicmech.data`).
-The derivations are in the book's appendix (paper-notes Part II, Section 8).
+The derivations are in the book's appendices (stage 1: *Appendix: the stage-1 value matrix, derived*).
 
 Map of the module
 -----------------
 * **Moments** (ch. 4): :func:`moments` gives ``Sigma = E[xbar xbar^T]`` and
   ``C = E[y xbar^T]`` exactly, at finite ``doc_len`` or in the limit ``doc_len=math.inf``;
-  :func:`kappa` is ``E[1/K | K >= 1]`` for the hidden-key convention.
+  :func:`kappa` is ``E[1/K | K >= 1]`` for the hidden-key convention;
+  :func:`sigma_eigenvalues` gives the extreme eigenvalues of ``Sigma`` (the stability limit
+  and the slowest time scale of SGD on ``W^V``, from which the training helpers derive
+  their default step sizes).
 * **Value matrix, stage 1** (ch. 4): :func:`optimal_value_matrix` (dense solve,
   ``W* = C Sigma^{-1}``, ridge, minimum norm), :func:`value_block_coefficients`
   (the same optimum through the symmetry algebra span{I, B, J} plus the [MASK]
@@ -17,7 +20,8 @@ Map of the module
   :func:`orbit_means`, :func:`orbit_deviation`, :func:`least_squares_value_matrix`
   (the data-driven optimum for a sample), :func:`population_loss`.
 * **Closed forms** (ch. 4): :func:`diag_excess` (same-word boost, visible keys),
-  :func:`topic_eigenvalue_hidden` (hidden keys), :func:`bayes_risk`.
+  :func:`topic_eigenvalue_hidden` (hidden keys), :func:`bayes_risk`,
+  :func:`weighted_block_gap` (same-topic minus different-topic mean, with its N -> inf limit).
 * **Embeddings** (ch. 3): :func:`tied_embedding_optimum`, :func:`embedding_loss`.
 * **Attention, stage 2** (ch. 5): :func:`key_query_gradient` (Monte Carlo),
   :func:`empirical_key_query_gradient` (the same on a given sample),
@@ -56,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .utils import check_masking, check_positive_int
+from .utils import check_masking, check_positive_int, numpy_rng, spawn_seeds
 
 __all__ = [
     "ValueBlocks",
@@ -70,6 +74,7 @@ __all__ = [
     "orbit_deviation",
     "diag_excess",
     "topic_eigenvalue_hidden",
+    "weighted_block_gap",
     "bayes_risk",
     "least_squares_value_matrix",
     "embedding_loss",
@@ -77,6 +82,7 @@ __all__ = [
     "empirical_key_query_gradient",
     "key_query_gradient",
     "key_query_gradient_limit",
+    "sigma_eigenvalues",
 ]
 
 # Relative threshold below which an eigenvalue of Sigma counts as zero (pseudo-inverse).
@@ -303,7 +309,7 @@ def moments(
     """Exact second moments ``Sigma = E[xbar xbar^T]`` and ``C = E[y xbar^T]``.
 
     The expectation runs over documents (topic set S, words i.i.d. uniform over the
-    words of S), the BERT corruption, and a selected position (paper-notes Section 8.2).
+    words of S), the BERT corruption, and a selected position (book: appendix to ch. 4, *The moments*).
 
     Parameters
     ----------
@@ -378,10 +384,12 @@ def optimal_value_matrix(
     When Sigma is singular and ``l2 == 0`` (``doc_len=math.inf``) the minimum-norm
     solution ``C Sigma^+`` is returned (what gradient descent from 0 converges to).
 
-    At finite N with ``l2 == 0``, every column of W* sums to 1 over the word rows:
-    ``1^T y = 1 = 1^T xbar``, so ``1^T`` is an exact linear predictor of ``1^T y`` and,
-    Sigma being invertible, ``1^T W* = 1^T``. In particular the [MASK] column is exactly
-    ``1/V`` with visible keys (paper-notes Section 8.4 observed this numerically).
+    At finite N with ``l2 == 0``, every *attended* column of W* sums to 1 over the word
+    rows: ``1^T y = 1 = 1^T xbar``, so ``1^T`` is an exact linear predictor of ``1^T y``
+    and, Sigma being positive definite on the attended tokens, ``1^T W* = 1^T`` there. In
+    particular the [MASK] column is exactly ``1/V`` with visible keys (when [MASK] occurs,
+    ``mask_prob * (1 - keep_prob - random_prob) > 0``); with hidden keys, or when [MASK]
+    never occurs, the [MASK] column is not attended and is returned as 0.
 
     Parameters
     ----------
@@ -434,7 +442,7 @@ class _Alg:
 
     @classmethod
     def from_coeffs(cls, v: int, V: int, xI: float = 0.0, xB: float = 0.0, xJ: float = 0.0,
-                    c: float = 0.0, r: float = 0.0, m: float = 0.0) -> "_Alg":
+                    c: float = 0.0, r: float = 0.0, m: float = 0.0) -> _Alg:
         s = math.sqrt(V)
         K = np.array([[xI + v * xB + V * xJ, c * s], [r * s, m]], dtype=np.float64)
         return cls(float(xI), float(xI + v * xB), K, v, V)
@@ -447,21 +455,21 @@ class _Alg:
         xJ = (self.K[0, 0] - self.lt) / self.V
         return xI, xB, xJ, self.K[0, 1] / s, self.K[1, 0] / s, self.K[1, 1]
 
-    def __add__(self, other: "_Alg") -> "_Alg":
+    def __add__(self, other: _Alg) -> _Alg:
         return _Alg(self.lw + other.lw, self.lt + other.lt, self.K + other.K, self.v, self.V)
 
-    def __rmul__(self, scalar: float) -> "_Alg":
+    def __rmul__(self, scalar: float) -> _Alg:
         return _Alg(scalar * self.lw, scalar * self.lt, scalar * self.K, self.v, self.V)
 
-    def __matmul__(self, other: "_Alg") -> "_Alg":
+    def __matmul__(self, other: _Alg) -> _Alg:
         return _Alg(self.lw * other.lw, self.lt * other.lt, self.K @ other.K, self.v, self.V)
 
-    def word_block(self) -> "_Alg":
+    def word_block(self) -> _Alg:
         """Restriction to the words ([MASK] row/column/entry set to 0)."""
         K = np.array([[self.K[0, 0], 0.0], [0.0, 0.0]])
         return _Alg(self.lw, self.lt, K, self.v, self.V)
 
-    def pinv(self, l2: float = 0.0, words_only: bool = False) -> "_Alg":
+    def pinv(self, l2: float = 0.0, words_only: bool = False) -> _Alg:
         """``(X + l2 I)^+`` for symmetric X; ``words_only`` treats the [MASK] coordinate as absent."""
         K = self.K + l2 * np.eye(2)
         lw, lt = self.lw + l2, self.lt + l2
@@ -540,8 +548,9 @@ class ValueBlocks:
     diff_topic : float
         gamma, W[a, b] for a, b in different topics (nan when num_topics == 1).
     mask_col : float
-        mu, W[w, MASK]: 1/V at finite N with visible keys and ``l2 == 0`` (columns of W*
-        sum to 1); 0 under ``attend_to_masked=False`` by convention.
+        mu, W[w, MASK]: 1/V at finite N with visible keys, ``l2 == 0`` and a [MASK] token
+        that occurs (attended columns of W* sum to 1); 0 under ``attend_to_masked=False``
+        by convention (the column is not attended there).
     topic_eigenvalue : float
         Eigenvalue on topic-contrast vectors, ``(alpha - beta) + v (beta - gamma)``
         (nan when num_topics == 1).
@@ -653,8 +662,7 @@ def orbit_means(matrix: np.ndarray, num_topics: int, words_per_topic: int) -> Va
     """Means of a (D, D) matrix over the three word orbits and the [MASK] column.
 
     Use it to summarise a learned or Monte-Carlo value matrix in the same terms as
-    :func:`value_block_coefficients` (paper-notes Section 8.12 defines alpha, beta,
-    gamma this way).
+    :func:`value_block_coefficients`.
 
     Parameters
     ----------
@@ -724,7 +732,7 @@ def diag_excess(
     """Same-word boost ``alpha - beta`` of W* with visible keys (``attend_to_masked=True``).
 
     ``alpha - beta = N p_c / [(p_c + p_r) + (N - 1)(1 - p_m p_[M])]``, which tends to
-    ``p_c / (1 - p_m p_[M])`` as N -> inf (paper-notes Section 8.4). It comes only from
+    ``p_c / (1 - p_m p_[M])`` as N -> inf (book: appendix to ch. 4). It comes only from
     the selected token seeing itself and vanishes when ``keep_prob == 0``. Under hidden
     keys it is exactly 0. It does not depend on T, v or tau.
 
@@ -754,7 +762,7 @@ def topic_eigenvalue_hidden(
     """Topic-contrast eigenvalue of W* with hidden keys (``attend_to_masked=False``).
 
     ``lambda_topic = 1 / (1 + kappa (tau (T - 1) / (T - tau) - 1))`` with
-    ``kappa = E[1/K | K >= 1]`` (paper-notes Section 8.4). Then
+    ``kappa = E[1/K | K >= 1]`` (book: appendix to ch. 4). Then
     ``gamma = (1 - lambda_topic) / V``, ``alpha = beta = gamma + lambda_topic / v``.
     It tends to 1 as N -> inf (W* -> B / v). When ``topics_per_doc == num_topics >= 2``
     documents carry no topic information and the value is 0; for ``num_topics == 1``
@@ -780,6 +788,80 @@ def topic_eigenvalue_hidden(
     if tau == T:
         return 0.0
     return 1.0 / (1.0 + kap * (tau * (T - 1) / (T - tau) - 1.0))
+
+
+def weighted_block_gap(
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    doc_len: int | float,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    *,
+    attend_to_masked: bool,
+) -> float:
+    """Frequency-weighted same-topic minus different-topic value of the stage-1 optimum.
+
+    ``(alpha + (v - 1) beta) / v - gamma``: the mean entry of ``W*`` over all ``v^2``
+    same-topic word pairs (the same word included) minus its mean over different-topic
+    pairs. It equals ``topic_eigenvalue / v`` of :func:`value_block_coefficients`. At
+    finite ``doc_len`` it is read off the exact optimum of :func:`value_block_coefficients`;
+    ``doc_len=math.inf`` returns the limit ``N -> inf`` of those finite-N values in closed
+    form:
+
+    * ``1 / (v (1 - (1 - p_c) p_m))`` with visible masked keys (``attend_to_masked=True``),
+      the constant the authors state for their stage-1 result;
+    * ``1 / v`` with hidden masked keys (``attend_to_masked=False``), where ``W* -> B / v``.
+
+    Parameters
+    ----------
+    num_topics, words_per_topic, topics_per_doc : int
+        T >= 2, v >= 1 and 1 <= tau < T (with tau = T a document carries no topic
+        information and the gap is 0).
+    doc_len : int or math.inf
+        N >= 2, or ``math.inf`` for the closed-form limit.
+    mask_prob, keep_prob, random_prob : float
+        p_m, p_c, p_r in [0, 1] with p_c + p_r <= 1. Some true word must stay visible,
+        ``1 - (1 - p_c) p_m > 0``; with hidden keys also p_m < 1.
+    attend_to_masked : bool
+        Keyword only: True for visible masked keys, False for hidden ones.
+
+    Returns
+    -------
+    gap : float
+
+    Raises
+    ------
+    ValueError
+        For a non-integer size, ``topics_per_doc >= num_topics``, a probability outside
+        [0, 1], ``keep_prob + random_prob > 1``, no visible true word, or ``mask_prob == 1``
+        with hidden keys; the message names the argument.
+
+    See Also
+    --------
+    value_block_coefficients : the orbit values alpha, beta, gamma themselves.
+    """
+    T, v, tau = _check_topics(num_topics, words_per_topic, topics_per_doc)
+    if tau >= T:
+        raise ValueError(f"topics_per_doc must be < num_topics={T}, got {topics_per_doc!r}")
+    N = _check_doc_len(doc_len)
+    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
+    if not isinstance(attend_to_masked, (bool, np.bool_)):
+        raise ValueError(f"attend_to_masked must be a bool, got {attend_to_masked!r}")
+    visible_true = 1.0 - (1.0 - p_c) * p_m
+    if visible_true <= 0.0:
+        raise ValueError(
+            f"mask_prob and keep_prob must leave a true word visible (1 - (1 - keep_prob) mask_prob > 0), "
+            f"got mask_prob={mask_prob!r}, keep_prob={keep_prob!r}"
+        )
+    if not attend_to_masked and p_m >= 1.0:
+        raise ValueError(f"mask_prob must be < 1 when attend_to_masked=False, got {mask_prob!r}")
+    if math.isinf(N):
+        return 1.0 / (v * visible_true) if attend_to_masked else 1.0 / v
+    blocks = value_block_coefficients(T, v, tau, N, p_m, p_c, p_r, bool(attend_to_masked))
+    same = blocks.same_topic if v > 1 else 0.0  # no same-topic pair of distinct words when v = 1
+    return float((blocks.diag + (v - 1) * same) / v - blocks.diff_topic)
 
 
 def bayes_risk(num_topics: int, words_per_topic: int, topics_per_doc: int) -> float:
@@ -922,8 +1004,7 @@ def embedding_loss(M: np.ndarray, Sigma: np.ndarray, C: np.ndarray) -> float:
     """Tied-embedding objective ``tr(M Sigma M^T) - 2 tr(M C^T)`` (the loss minus its constant 1).
 
     With ``W^V = I`` and head ``E^T``, the prediction is ``E^T E xbar = M xbar`` and the
-    population loss is ``embedding_loss(M, Sigma, C) + 1`` (paper-notes Section 8.7,
-    which prints this quantity without the constant).
+    population loss is ``embedding_loss(M, Sigma, C) + 1`` (the appendix on embeddings derives it).
 
     Parameters
     ----------
@@ -1031,7 +1112,7 @@ def tied_embedding_optimum(
     """Embedding matrix minimising the tied-embedding loss ``tr(M Sigma M) - 2 tr(M C^T)``, ``M = E^T E``.
 
     The optimal ``M`` is the Sigma-weighted projection of W* onto the PSD matrices of
-    rank <= d (paper-notes Section 8.7). The problem is non-convex in E for d < D, so
+    rank <= d (the appendix on embeddings). The problem is non-convex in E for d < D, so
     this runs L-BFGS (float64, numpy, exact line search: the loss is a quartic
     polynomial along any line) from ``restarts`` starting points and keeps the best.
     The first start is the top-d positive part of the unconstrained symmetric optimum
@@ -1078,7 +1159,7 @@ def tied_embedding_optimum(
     D = S.shape[0]
     S = 0.5 * (S + S.T)
     Cs = 0.5 * (Cn + Cn.T)  # tr(M C^T) = tr(M Cs) for symmetric M
-    rng = np.random.default_rng(int(seed))
+    rng = numpy_rng(seed)
 
     # deterministic start: best PSD rank-d part of the symmetric optimum
     Msym = _symmetric_optimum(S, Cn)
@@ -1117,7 +1198,7 @@ def empirical_key_query_gradient(
     The scores are ``s_ki = x_k^T A x_i`` (key k, query i). Each selected position i
     with ``n_i >= 1`` attended keys adds ``(2 / n_i) r_i^T W (x_k - xbar_i)`` to
     ``G[x_k, x_i]`` for every attended key k, where ``r_i = W xbar_i - e_{y_i}``; the
-    total is divided by the number of those positions (paper-notes Sections 8.8, 8.12).
+    total is divided by the number of those positions (the appendix on attention derives it).
     Selected positions without a visible key (hidden keys only) enter neither the sum
     nor the count, as in the loss. Vectorised over documents.
 
@@ -1166,12 +1247,6 @@ def empirical_key_query_gradient(
     if count == 0:
         raise ValueError("selected has no usable position (none selected, or none with a visible key)")
     return (G / count).reshape(D, D)
-
-
-def _spawn_seeds(seed: int, n: int) -> list[int]:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
 def key_query_gradient(
@@ -1229,7 +1304,7 @@ def key_query_gradient(
     model = SimplifiedTopicModel(p.T, p.v, p.tau)
     chunk = 1 << 15
     n_chunks = -(-n_docs // chunk)
-    seeds = _spawn_seeds(seed, 2 * n_chunks)
+    seeds = spawn_seeds(seed, 2 * n_chunks)
     G = np.zeros((p.D, p.D))
     total = 0
     for c in range(n_chunks):
@@ -1258,7 +1333,7 @@ def key_query_gradient_limit(
 ) -> dict[str, float]:
     """Leading-order ``dL/dA`` entries for a word query, hidden keys, N -> inf, W = B / v.
 
-    Only kept queries (probability p_c) carry a topic signal (paper-notes Section 8.8):
+    Only kept queries (probability p_c) carry a topic signal (the appendix on attention):
     ``G_same = -2 p_c (tau - 1) / (V tau^2 v^2)`` for a key in the query's topic (the
     same word included) and ``G_diff = +2 p_c (tau - 1) / (V tau^2 v^2 (T - 1))`` for a
     key in another topic, so ``G_same / G_diff = -(T - 1)``. Both vanish when
@@ -1281,3 +1356,43 @@ def key_query_gradient_limit(
         "diff_topic": g_diff,
         "ratio": -(T - 1.0) if T > 1 else math.nan,
     }
+
+
+def sigma_eigenvalues(
+    num_topics: int,
+    words_per_topic: int,
+    topics_per_doc: int,
+    doc_len: int | float,
+    mask_prob: float = 0.15,
+    keep_prob: float = 0.1,
+    random_prob: float = 0.1,
+    attend_to_masked: bool = True,
+) -> tuple[float, float]:
+    """Smallest positive and largest eigenvalue of the stage-1 input moment ``Sigma``.
+
+    Under squared loss the gradient of ``L(W)`` is ``2 (W Sigma - C)``, so plain SGD on
+    ``W^V`` (uniform attention) is stable for ``lr < 1 / lambda_max`` and removes the
+    error along the slowest direction in about ``1 / (2 lr lambda_min)`` steps. With
+    ``attend_to_masked=False`` only the word block counts (``[MASK]`` never enters
+    ``xbar``, its row and column of ``Sigma`` are 0); eigenvalues below ``1e-12`` times
+    the largest (``doc_len=math.inf``) are treated as 0 and skipped.
+
+    Parameters
+    ----------
+    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked
+        As in :func:`moments`.
+
+    Returns
+    -------
+    lambda_min, lambda_max : float
+        Exact up to rounding (dense symmetric eigensolver on :func:`moments`).
+    """
+    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
+                attend_to_masked)
+    Sigma, _ = _dense_moments(p)
+    if not p.si:
+        Sigma = Sigma[: p.V, : p.V]
+    evals = np.linalg.eigvalsh(0.5 * (Sigma + Sigma.T))
+    top = float(evals[-1])
+    pos = evals[evals > _RCOND * top]
+    return float(pos[0]), top

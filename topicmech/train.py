@@ -3,13 +3,18 @@
 Book: chapter 2 runs the first training; chapters 3-7 call :func:`train` with other
 switches. The loss is computed only at selected positions; masks are drawn afresh
 every step; L2 is a real penalty ``l2 * sum ||W||_F^2`` over the trained matrices.
+
+:func:`train` takes a fast path by itself for the one-layer model (see
+:mod:`topicmech.fast`); the model's forward pass and :func:`mlm_loss` remain the
+reference, used for every other model and with ``path="reference"``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping
+from typing import Literal
 
 import numpy as np
 import torch
@@ -159,6 +164,9 @@ def train(
     probes: Mapping[str, Probe] | None = None,
     probe_every: int | None = None,
     progress: bool = False,
+    lengths: torch.Tensor | None = None,
+    check_every: int | None = None,
+    path: Literal["auto", "fast", "reference"] = "auto",
 ) -> History:
     """Train ``model`` by masked language modelling.
 
@@ -178,7 +186,7 @@ def train(
     loss : {"squared", "cross_entropy"}
         See :func:`mlm_loss`.
     optimizer : {"sgd", "adam"}
-        Plain SGD or Adam.
+        Plain SGD or Adam (``torch.optim``).
     lr : float, optional
         Learning rate; defaults to 1.0 for SGD and 1e-2 for Adam.
     l2 : float
@@ -194,6 +202,21 @@ def train(
         Defaults to ``max(1, steps // 50)``.
     progress : bool
         Show a tqdm progress bar.
+    lengths : LongTensor of shape (num_docs,), optional
+        Only with a tensor ``data`` and a fast path: document ``i`` has ``lengths[i]`` real
+        tokens and the rest of its row is padding, never a key and never selected.
+    check_every : int, optional
+        Check the loss for NaN/inf every ``check_every`` steps and at the end (one
+        synchronisation per check). Defaults to 100 on the uniform-attention path and to
+        every step otherwise.
+    path : {"auto", "fast", "reference"}
+        ``"auto"`` takes a fast path whenever one applies (:func:`topicmech.fast.fast_path`):
+        a :class:`~topicmech.model.OneLayerTransformer` with uniform attention trains on
+        per-document statistics, one with learned attention computes the loss at the selected
+        queries only (:func:`topicmech.fast.selected_loss`). ``"reference"`` always calls the
+        model's forward pass and :func:`mlm_loss`; ``"fast"`` raises if no fast path applies.
+        All paths draw the same documents and masks for the same seed and agree up to
+        floating-point rounding.
 
     Returns
     -------
@@ -206,7 +229,7 @@ def train(
     """
     steps = check_positive_int("steps", steps)
     batch_size = check_positive_int("batch_size", batch_size)
-    check_masking(mask_prob, keep_prob, random_prob)
+    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
     if loss not in ("squared", "cross_entropy"):
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
     if optimizer not in ("sgd", "adam"):
@@ -222,10 +245,23 @@ def train(
     if probes is not None and (not isinstance(probes, Mapping)
                                or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
         raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
+    if path not in ("auto", "fast", "reference"):
+        raise ValueError(f"path must be 'auto', 'fast' or 'reference', got {path!r}")
+    from . import fast  # fast imports this module: import it here, not at the top
+
+    route = None if path == "reference" else fast.fast_path(model)
+    if path == "fast" and route is None:
+        raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, got {type(model).__name__}")
+    if check_every is not None:
+        check_every = check_positive_int("check_every", check_every)
+    else:
+        check_every = 100 if route == "uniform" else 1
     vocab_size = model.num_tokens - 1
     if isinstance(data, TopicModel):
         if doc_len is None:
             raise ValueError("doc_len is required when data is a topic model")
+        if lengths is not None:
+            raise ValueError("lengths is only for a tensor of documents, not a topic model")
         doc_len = check_positive_int("doc_len", doc_len)
         if data.num_tokens != model.num_tokens:
             raise ValueError(f"model has num_tokens={model.num_tokens} but the topic model has {data.num_tokens}")
@@ -233,10 +269,17 @@ def train(
         data = check_docs(data, vocab_size, name="data")
         if data.shape[0] == 0 or data.shape[1] == 0:
             raise ValueError(f"data must hold at least one document of at least one token, got shape {tuple(data.shape)}")
+        doc_len = data.shape[1]
+        if lengths is not None:
+            if route is None:
+                raise ValueError("lengths (padded documents) needs a fast path: a OneLayerTransformer and "
+                                 "path='auto' or 'fast'")
+            lengths = fast._check_lengths(lengths, data.shape[0], doc_len)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (everything is frozen)")
-    opt = make_optimizer(params, optimizer, lr)
+    # the fast paths run torch.optim's kernels without the optimiser classes (see fast.TorchOptimKernels)
+    opt = make_optimizer(params, optimizer, lr) if route is None else fast.TorchOptimKernels(params, optimizer, lr)
     probes = dict(probes or {})
     probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
     gen = make_generator(seed)
@@ -250,30 +293,58 @@ def train(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=steps, desc="train", leave=False)
-    for step in range(1, steps + 1):
-        if isinstance(data, TopicModel):
-            docs = data.sample(batch_size, doc_len, gen)                        # (B, N)
-        else:
-            docs = data[torch.randint(len(data), (batch_size,), generator=gen)]  # (B, N)
-        inputs, selected = bert_mask(docs, vocab_size, mask_prob, keep_prob, random_prob, gen)
-        if on_device:  # data and masks are drawn on the CPU (one random stream on every device)
-            docs, inputs, selected = (t.to(device, non_blocking=True) for t in (docs, inputs, selected))
-        logits = model(inputs, selected)                                        # (B, N, D)
-        value = mlm_loss(logits, docs, selected, loss)
-        total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
-        if not torch.isfinite(total):
-            raise FloatingPointError(
-                f"non-finite loss {float(total.detach())} at step {step}; lower the learning rate (lr={lr})"
-            )
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        opt.step()
-        history.step.append(step)
-        history.loss.append(float(value.detach()))
-        if probes and (step % probe_every == 0 or step == steps):
-            _record(history, model, probes, step)
+    try:
+        if route == "uniform":
+            fast._train_uniform_chunks(
+                model, data, params=params, opt=opt, steps=steps, batch_size=batch_size, doc_len=doc_len,
+                lengths=lengths, loss=loss, l2=float(l2), mask_prob=p_m, keep_prob=p_c, random_prob=p_r, gen=gen,
+                probes=probes, probe_every=probe_every, check_every=check_every, lr=lr, history=history, bar=bar)
+            return history
+        arange = torch.arange(doc_len)
+        losses: list[torch.Tensor] = []
+        checked = 0
+        for step in range(1, steps + 1):
+            if isinstance(data, TopicModel):
+                docs = data.sample(batch_size, doc_len, gen)                        # (B, N)
+            else:
+                idx = torch.randint(len(data), (batch_size,), generator=gen)        # (B,)
+                docs = data[idx]                                                    # (B, N)
+            inputs, selected = bert_mask(docs, vocab_size, mask_prob, keep_prob, random_prob, gen)
+            valid = None if lengths is None else arange[None, :] < lengths[idx][:, None]  # (B, N)
+            if on_device:  # data and masks are drawn on the CPU (one random stream on every device)
+                docs, inputs, selected = (t.to(device, non_blocking=True) for t in (docs, inputs, selected))
+                valid = None if valid is None else valid.to(device, non_blocking=True)
+            if route == "learned":
+                value = fast.selected_loss(model, inputs, docs, selected, loss, valid=valid)
+            else:
+                logits = model(inputs, selected)                                    # (B, N, D)
+                value = mlm_loss(logits, docs, selected, loss)
+            total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
+            if check_every == 1 and not torch.isfinite(total):
+                raise FloatingPointError(
+                    f"non-finite loss {float(total.detach())} at step {step}; lower the learning rate (lr={lr})"
+                )
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            opt.step()
+            history.step.append(step)
+            history.loss.append(value.detach())
+            if check_every > 1:  # deferred check: no synchronisation with the device every step
+                losses.append(total.detach())
+            if check_every > 1 and (step % check_every == 0 or step == steps or (probes and step % probe_every == 0)):
+                seg = torch.stack(losses[checked:step])
+                bad = ~torch.isfinite(seg)
+                if bool(bad.any()):
+                    first = int(bad.nonzero()[0, 0])
+                    raise FloatingPointError(f"non-finite loss {float(seg[first])} at step {checked + first + 1}; "
+                                             f"lower the learning rate (lr={lr})")
+                checked = step
+            if probes and (step % probe_every == 0 or step == steps):
+                _record(history, model, probes, step)
+            if bar is not None:
+                bar.update(1)
+        history.loss = torch.stack(history.loss).tolist()
+    finally:
         if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
     return history
