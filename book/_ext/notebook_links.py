@@ -15,8 +15,9 @@ configuration and the browser test checks its internal link like any other.
 
 from __future__ import annotations
 
+import importlib.util
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 HEADING = re.compile(r"^# .+$", re.M)
 
@@ -44,9 +45,19 @@ def _bar(app, docname: str) -> str:
     )
 
 
+def _not_exported(srcdir: str) -> set[str]:
+    """Pages that ``scripts/make_notebooks.py`` does not export (its ``EXCLUDED``)."""
+    path = Path(srcdir) / "scripts" / "make_notebooks.py"
+    spec = importlib.util.spec_from_file_location("make_notebooks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return set(module.EXCLUDED)
+
+
 def add_links(app, docname: str, source: list[str]) -> None:
     text = source[0]
-    if not _is_notebook(text) or PurePosixPath(docname).name.startswith("_"):
+    name = PurePosixPath(docname).name
+    if not _is_notebook(text) or name.startswith("_") or name in _not_exported(app.srcdir):
         return
     m = HEADING.search(text)
     if m is None:
