@@ -32,7 +32,7 @@ $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 book: $(STAMP)
-	rm -rf _build/.jupyter_cache _build/html
+	rm -rf _build/.jupyter_cache _build/.doctrees _build/jupyter_execute _build/html
 	$(BIN)/jupyter-book build . -W --keep-going
 	$(BIN)/python scripts/make_notebooks.py --out _build/html/notebooks
 	@echo "Book written to _build/html/index.html"
