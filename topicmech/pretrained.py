@@ -70,7 +70,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 import torch
 
-from .utils import check_positive_int, check_probability, numpy_rng, shift_seed
+from .utils import check_positive_int, check_probability, check_seed, numpy_rng, shift_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import matplotlib.pyplot as plt
@@ -930,12 +930,6 @@ def _check_level(level: float) -> float:
     return lv
 
 
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return int(seed)
-
-
 # --------------------------------------------------------------------------------------
 # (a) Embedding statistics
 # --------------------------------------------------------------------------------------
@@ -1136,7 +1130,7 @@ def embedding_pair_stats(
         raise ValueError("every word needs at least one topic (a row of membership is all False)")
     n_boot = check_positive_int("n_boot", n_boot)
     level = _check_level(level)
-    rng = numpy_rng(_check_seed(seed))
+    rng = numpy_rng(seed)
     words = tuple(words) if words is not None else tuple(str(i) for i in range(X.shape[0]))
     if len(words) != X.shape[0]:
         raise ValueError(f"{len(words)} words for {X.shape[0]} vectors")
@@ -1471,7 +1465,7 @@ def attention_stats_from_sums(
         raise ValueError(f"sums must have shape (n_docs, 4, L, H) and counts (n_docs, 4), got {S.shape} and {N.shape}")
     n_boot = check_positive_int("n_boot", n_boot)
     level = _check_level(level)
-    rng = numpy_rng(_check_seed(seed))
+    rng = numpy_rng(seed)
     tot_n = N.sum(axis=0)
     if tot_n[2] == 0 or tot_n[3] == 0:
         raise ValueError(f"need same-topic and different-topic word pairs, got {int(tot_n[2])} and {int(tot_n[3])}")
@@ -1576,7 +1570,7 @@ def attention_stats(
         raise ValueError(f"pieces must be 'sum' or 'first', got {pieces!r}")
     if len(word_topics) == 0:
         raise ValueError("word_topics is empty")
-    rng = numpy_rng(_check_seed(seed))
+    rng = numpy_rng(seed)
     chunks = _select_chunks(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, rng)
     if not chunks:
         raise ValueError(f"corpus {corpus.name!r} gives no passage")
@@ -1713,7 +1707,7 @@ def random_encoder(path: str | os.PathLike | Any | None = None, *, seed: int = 0
     """
     from transformers import AutoConfig, AutoModel, PretrainedConfig
 
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if isinstance(path, PretrainedConfig):
         cfg = path.__class__.from_dict(path.to_dict())
     else:
@@ -1807,7 +1801,7 @@ def attention_relation_sums(
     batch_size = check_positive_int("batch_size", batch_size)
     if not selections:
         raise ValueError("selections is empty")
-    rng = numpy_rng(_check_seed(seed))
+    rng = numpy_rng(seed)
     chunks = _select_chunks(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, rng)
     if not chunks:
         raise ValueError(f"corpus {corpus.name!r} gives no passage")

@@ -56,7 +56,7 @@ from scipy import optimize
 
 from . import theory
 from .data import SimplifiedTopicModel, bert_mask
-from .utils import check_masking, check_positive_int, spawn_seeds
+from .utils import check_positive_int, check_seed, spawn_seeds
 
 __all__ = [
     "TiedAttentionObjective",
@@ -134,29 +134,20 @@ def _check_setting(
     random_prob: object,
     attend_to_masked: object,
 ) -> tuple[int, int, int, int, float, float, float, bool]:
-    T = check_positive_int("num_topics", num_topics)
-    v = check_positive_int("words_per_topic", words_per_topic)
-    tau = check_positive_int("topics_per_doc", topics_per_doc)
-    N = check_positive_int("doc_len", doc_len)
+    # the checks every closed form shares, then the ones this estimator adds
+    P = theory._params(num_topics, words_per_topic, topics_per_doc, doc_len,
+                       mask_prob, keep_prob, random_prob, attend_to_masked)
+    T, v, tau, N, p_m, p_c, p_r, si = P.T, P.v, P.tau, P.N, P.p_m, P.p_c, P.p_r, P.si
     if v < 2:
         raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {words_per_topic!r}")
     if tau >= T:
         raise ValueError(f"topics_per_doc must be < num_topics={T} (documents carry no topic otherwise), "
                          f"got {topics_per_doc!r}")
-    if N < 2:
-        raise ValueError(f"doc_len must be >= 2, got {doc_len!r}")
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)  # type: ignore[arg-type]
+    if not isinstance(N, int):
+        raise ValueError(f"doc_len must be a finite integer >= 2, got {doc_len!r}")
     if not 0.0 < p_m < 1.0:
         raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {mask_prob!r}")
-    if not isinstance(attend_to_masked, (bool, np.bool_)):
-        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
-    return T, v, tau, N, p_m, p_c, p_r, bool(attend_to_masked)
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
-    return int(seed)
+    return T, v, tau, N, p_m, p_c, p_r, si
 
 
 def _position_stats(
@@ -394,7 +385,7 @@ def tied_attention_objective(
     """
     T, v, tau, N, p_m, p_c, p_r, si = _check_setting(num_topics, words_per_topic, topics_per_doc, doc_len,
                                                      mask_prob, keep_prob, random_prob, attend_to_masked)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     n_docs = check_positive_int("num_docs", num_docs)
     W = theory.optimal_value_matrix(T, v, tau, N, p_m, p_c, p_r, attend_to_masked=si)
     model = SimplifiedTopicModel(T, v, tau)
@@ -575,5 +566,5 @@ def tied_attention_optimum(
         log_alpha_se=la_se, log_beta_se=lb_se, weighted_ratio_se=wr_se, at_bound=at_bound,
         num_docs=obj.num_docs, num_positions=obj.num_positions, num_topics=T, words_per_topic=v,
         topics_per_doc=tau, doc_len=N, mask_prob=p_m, keep_prob=p_c, random_prob=p_r, attend_to_masked=si,
-        seed=_check_seed(seed),
+        seed=check_seed(seed),
     )

@@ -20,6 +20,7 @@ __all__ = [
     "shift_seed",
     "spawn_seeds",
     "numpy_rng",
+    "check_seed",
     "run_mode",
     "is_full",
     "seed_everything",
@@ -92,7 +93,8 @@ def seed_offset() -> int:
     return offset
 
 
-def _check_seed(seed: object) -> int:
+def check_seed(seed: object) -> int:
+    """Raise ``ValueError`` naming ``seed`` unless it is an int in ``[0, 2**64)``; return it."""
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
     return int(seed)
@@ -100,7 +102,7 @@ def _check_seed(seed: object) -> int:
 
 def shift_seed(seed: int) -> int:
     """``seed`` plus :func:`seed_offset`, modulo ``2**64``: the seed actually used."""
-    return (_check_seed(seed) + seed_offset()) % 2**64
+    return (check_seed(seed) + seed_offset()) % 2**64
 
 
 def spawn_seeds(seed: int, n: int) -> list[int]:
@@ -110,7 +112,7 @@ def spawn_seeds(seed: int, n: int) -> list[int]:
     batches); the children are plain ints and are shifted again only when used.
     """
     n = check_positive_int("n", n)
-    return [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(_check_seed(seed)).spawn(n)]
+    return [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(check_seed(seed)).spawn(n)]
 
 
 def numpy_rng(seed: int) -> np.random.Generator:
