@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run exported chapters the way a reader outside the repository would.
 #
-#   scripts/check_exported.sh                        # chapters 01, 04 and 08
+#   scripts/check_exported.sh                        # chapters 01 and 08
 #   scripts/check_exported.sh 02_mlm_model 08_real_text
 #
 # 1. a fresh virtual environment in a temporary folder outside the repository;
@@ -20,7 +20,7 @@ REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 CHAPTERS=("$@")
-[ ${#CHAPTERS[@]} -gt 0 ] || CHAPTERS=(01_topic_models 04_value_matrix 08_real_text)  # 08: the pretrained extra
+[ ${#CHAPTERS[@]} -gt 0 ] || CHAPTERS=(01_topic_models 08_real_text)  # 01: the core package; 08: the notebooks extra (encoder, corpus)
 TORCH_PIN="$(grep -E '^torch==' "$REPO/requirements.txt")"
 NOTEBOOKS="$(cd "${NOTEBOOKS:-$REPO/notebooks}" && pwd)"
 
