@@ -280,10 +280,8 @@ def test_non_finite_loss_stops_with_step(docs):
         fast.train_uniform(m, docs, steps=400, batch_size=8, loss="squared", optimizer="sgd", lr=1e6, check_every=10)
 
 
-def test_model_device_is_used(docs):
-    m = _model()
-    assert fast.model_device(m) == torch.device("cpu")
-    h = fast.train_uniform(m, docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
+def test_a_few_steps_give_finite_losses(docs):
+    h = fast.train_uniform(_model(), docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
     assert len(h.loss) == 3 and all(math.isfinite(x) for x in h.loss)
 
 

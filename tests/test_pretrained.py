@@ -255,6 +255,69 @@ def test_attention_stats_uniform_stub_gives_no_gap(tok):
     assert st.num_pairs["same_topic"] > 0 and st.num_pairs["diff_topic"] > 0
 
 
+class _WavyAttention(torch.nn.Module):
+    """Stub encoder with uneven, input-dependent attention over the real tokens; counts its forward passes."""
+
+    def __init__(self, layers: int = 2, heads: int = 3):
+        super().__init__()
+        self.layers, self.heads, self.calls = layers, heads, 0
+
+    def forward(self, input_ids, attention_mask, output_attentions=True):
+        self.calls += 1
+        ids = input_ids.double()
+        out = []
+        for layer in range(self.layers):
+            h = torch.arange(self.heads, dtype=torch.float64)[None, :, None, None]
+            logits = torch.sin(3 * ids[:, None, :, None] + 5 * ids[:, None, None, :] + h + layer)   # (B, H, P, P)
+            logits = logits.masked_fill(attention_mask[:, None, None, :] == 0, float("-inf"))
+            out.append(torch.softmax(logits, dim=-1).float())
+        return SimpleNamespace(attentions=tuple(out))
+
+
+def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="sum"):
+    """Pooled attention per relation summed over all passages, with pool_attention and the masks."""
+    sums, counts = np.zeros((4, model.layers, model.heads)), np.zeros(4)
+    for text in corpus.texts:
+        for c in tp.chunk_text(tok, text, max_pieces=12):
+            out = model(torch.as_tensor(c.input_ids)[None], torch.ones(1, c.num_pieces, dtype=torch.long))
+            att = torch.stack(out.attentions, dim=1)[0].double()                              # (L, H, P, P)
+            wp = tp.pool_attention(att, c.word_index, pieces=pieces).numpy() * c.num_pieces
+            for r, m in enumerate(tp.relation_masks_for_words(c.words, wt, min_distance=min_distance).values()):
+                sums[r] += wp[..., m].sum(axis=-1)
+                counts[r] += m.sum()
+    return sums / counts[:, None, None]
+
+
+@pytest.mark.parametrize("pieces", ["sum", "first"])
+def test_attention_stats_matches_brute_force_and_cache_reuses_forward_passes(tok, pieces):
+    corpus = tp.corpus_from_texts([
+        "The cat and the dog chased the cat near the car and the bus.",
+        "A bus and a car. The dog sleeps.",
+        "Cats? No: the dog, the car, the bus and the cat again.",
+    ], name="tiny-wavy")
+    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+    model, cache = _WavyAttention(), {}
+    kw = dict(max_pieces=12, chunks_per_doc=None, pieces=pieces, n_boot=200)
+    st = tp.attention_stats(model, tok, corpus, wt, cache=cache, **kw)
+    expected = _brute_force_attention(_WavyAttention(), tok, corpus, wt, pieces=pieces)
+    for r, arr in enumerate((st.self_, st.same_word, st.same_topic, st.diff_topic)):
+        np.testing.assert_allclose(arr, expected[r], rtol=1e-12)
+    calls = model.calls
+    far = tp.attention_stats(model, tok, corpus, wt, min_distance=3, cache=cache, **kw)     # same pieces
+    fewer = tp.attention_stats(model, tok, corpus, wt.restrict(["cat", "car", "bus"]), cache=cache, **kw)
+    assert model.calls == calls                                                          # both from the cache
+    for cached, kwargs in ((far, {"min_distance": 3}), (fewer, {})):
+        fresh = tp.attention_stats(model, tok, corpus, wt if kwargs else wt.restrict(["cat", "car", "bus"]),
+                                   **kwargs, **kw)
+        np.testing.assert_array_equal(cached.gap, fresh.gap)
+        np.testing.assert_array_equal(cached.boot_gap, fresh.boot_gap)
+    np.testing.assert_allclose(far.same_topic, _brute_force_attention(model, tok, corpus, wt, min_distance=3,
+                                                                      pieces=pieces)[2], rtol=1e-12)
+    calls = model.calls
+    tp.attention_stats(model, tok, corpus, tp.WordTopics.from_dict({"cat": 0, "dog": 0, "the": 1}), cache=cache, **kw)
+    assert model.calls > calls                                                           # "the" needs new pieces
+
+
 def test_attention_stats_rejects_model_without_attentions(tok):
     class NoAttn(torch.nn.Module):
         def forward(self, input_ids, attention_mask, output_attentions=True):

@@ -135,19 +135,19 @@ def test_l2_only_penalises_trained_matrices():
 
 @pytest.fixture
 def recorded_masks(monkeypatch):
-    """Record the (docs, inputs, selected) of every call to bert_mask made by train().
+    """Record the (docs, inputs, selected) of every step's masking (bert_mask's corruption) in train().
 
-    train() calls bert_mask once per step on the per-step paths (learned attention, used
-    below); the uniform-attention path draws the same numbers in chunks, which
-    tests/test_fast.py compares with the per-step reference."""
+    The per-step paths (learned attention, used below) mask once per step; the uniform-attention
+    path draws the same numbers in chunks, which tests/test_fast.py compares with the reference."""
     calls = []
+    corrupt = train_mod._corrupt
 
-    def recording(docs, *args, **kwargs):
-        inputs, selected = bert_mask(docs, *args, **kwargs)
+    def recording(docs, *args):
+        inputs, selected = corrupt(docs, *args)
         calls.append((docs.clone(), inputs.clone(), selected.clone()))
         return inputs, selected
 
-    monkeypatch.setattr(train_mod, "bert_mask", recording)
+    monkeypatch.setattr(train_mod, "_corrupt", recording)
     return calls
 
 

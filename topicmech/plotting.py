@@ -1,7 +1,6 @@
 """House style and the few figures every chapter reuses.
 
-Book: all chapters. Heatmaps sort words by topic and draw topic boundaries, so block
-structure is visible at a glance.
+Heatmaps keep words sorted by topic and draw the topic boundaries, so block structure shows at a glance.
 """
 
 from __future__ import annotations
@@ -38,22 +37,17 @@ def heatmap_by_topic(
     cmap: str = "RdBu_r",
     label_mask: bool = True,
 ) -> plt.Axes:
-    """Heatmap of a token-by-token matrix with topic boundaries drawn.
+    """Heatmap of a token-by-token matrix with topic boundaries drawn; returns the Axes.
 
     Parameters
     ----------
     matrix : array, shape (V, V) or (V + 1, V + 1)
-        Words are assumed sorted by topic (the package's convention); with ``V + 1`` the
-        last row/column is ``[MASK]``.
+        Words sorted by topic (the package's convention); with ``V + 1`` the last row and
+        column are ``[MASK]`` (marked when ``label_mask``).
     words_per_topic : int
         ``v``, for the boundary lines.
-    ax : matplotlib Axes, optional
-    title : str
     center : float or None
-        Value mapped to the middle of the diverging colour map (None: sequential).
-    cmap : str
-    label_mask : bool
-        Mark the ``[MASK]`` row and column.
+        Value at the middle of the diverging colour map ``cmap`` (None: sequential).
     """
     M = _np(matrix)
     if M.ndim != 2:

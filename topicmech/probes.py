@@ -1,11 +1,7 @@
 """Probes: summarise a matrix or an attention pattern by topic relation.
 
-Book: chapter 2 introduces :func:`block_means`; chapter 5 introduces
-:func:`attention_by_relation`; chapters 6-7 track both during training.
-
-Every probe sorts pairs of tokens into three relations, the orbits of the topic
-model's symmetry: the **same word**, **same topic** (different word) and **different
-topic**.
+Pairs of tokens fall into three relations, the orbits of the topic model's symmetry: the
+**same word**, the **same topic** (different words) and **different topics**.
 """
 
 from __future__ import annotations
@@ -20,19 +16,10 @@ __all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation
 
 
 class BlockMeans(NamedTuple):
-    """Means of a word-by-word matrix over the three relations.
+    """Means of a word-by-word matrix over the diagonal, same-topic and different-topic pairs.
 
-    Attributes
-    ----------
-    diag : float
-        Mean of the diagonal (same word).
-    same_topic : float
-        Mean over pairs of different words of the same topic.
-    diff_topic : float
-        Mean over pairs of words of different topics.
-    mask_col : float or None
-        Mean of the ``[MASK]`` column over word rows (None when the matrix has no
-        ``[MASK]`` row/column).
+    ``mask_col`` is the mean of the ``[MASK]`` column over word rows (None without a
+    ``[MASK]`` row and column).
     """
 
     diag: float
@@ -44,12 +31,6 @@ class BlockMeans(NamedTuple):
     def topic_gap(self) -> float:
         """``same_topic - diff_topic``."""
         return self.same_topic - self.diff_topic
-
-
-def _as_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().double().numpy()
-    return np.asarray(x, dtype=float)
 
 
 def relation_masks(topic_of_word: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,56 +46,32 @@ def relation_masks(topic_of_word: torch.Tensor | np.ndarray) -> tuple[np.ndarray
 def block_means(matrix: torch.Tensor | np.ndarray, topic_of_word: torch.Tensor | np.ndarray) -> BlockMeans:
     """Mean of the diagonal, same-topic and different-topic entries of a word-by-word matrix.
 
-    Parameters
-    ----------
-    matrix : Tensor or ndarray, shape (V, V) or (V + 1, V + 1)
-        Rows and columns index tokens; with ``V + 1`` the last index is ``[MASK]``.
-    topic_of_word : LongTensor or ndarray, shape (V,)
-
-    Returns
-    -------
-    BlockMeans
-        ``nan`` for a relation with no pairs (e.g. same topic when ``v = 1``).
+    ``matrix`` has shape (V, V) or (V + 1, V + 1), the last index then ``[MASK]``;
+    ``topic_of_word`` shape (V,). A relation without pairs (e.g. same topic at ``v = 1``) gives nan.
     """
-    M = _as_numpy(matrix)
+    M = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, dtype=float)
     V = len(topic_of_word)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] not in (V, V + 1):
         raise ValueError(f"matrix must have shape ({V}, {V}) or ({V + 1}, {V + 1}), got {M.shape}")
     W = M[:V, :V]
-    same, topic, diff = relation_masks(topic_of_word)
-
-    def mean(mask: np.ndarray) -> float:
-        return float(W[mask].mean()) if mask.any() else float("nan")
-
-    mask_col = float(M[:V, V].mean()) if M.shape[0] == V + 1 else None
-    return BlockMeans(mean(same), mean(topic), mean(diff), mask_col)
+    means = [float(W[m].mean()) if m.any() else float("nan") for m in relation_masks(topic_of_word)]
+    return BlockMeans(*means, float(M[:V, V].mean()) if M.shape[0] == V + 1 else None)
 
 
 def topic_contrasts(A: torch.Tensor | np.ndarray, topic_of_word: torch.Tensor | np.ndarray) -> dict[str, float]:
-    """Contrasts of a key-query score matrix over word queries.
+    """Contrasts ``{"same_word", "same_topic"}`` of a key-query score matrix: mean score minus the different-topic mean.
 
-    Returns ``{"same_word": A[same word] - A[diff topic], "same_topic": A[same topic] - A[diff topic]}``,
-    means over word pairs (rows: key, columns: query).
+    Means over word pairs (rows: key, columns: query), as in :func:`block_means`.
     """
     m = block_means(A, topic_of_word)
     return {"same_word": m.diag - m.diff_topic, "same_topic": m.same_topic - m.diff_topic}
 
 
 class AttentionByRelation(NamedTuple):
-    """Average attention from a word query to one key, by relation, times ``N``.
+    """Average attention from a word query to one key, by relation, times ``N`` (1 is uniform).
 
-    A value of 1 means uniform attention; ``same_topic / diff_topic`` is the topic ratio.
-
-    Attributes
-    ----------
-    self_ : float
-        The query's own position.
-    same_word : float
-        Other positions holding the same word.
-    same_topic : float
-        Positions holding a different word of the same topic.
-    diff_topic : float
-        Positions holding a word of another topic.
+    ``self_``: the query's own position; ``same_word``: other positions of the same word;
+    ``same_topic``: a different word of the same topic; ``diff_topic``: a word of another topic.
     """
 
     self_: float
@@ -128,38 +85,29 @@ class AttentionByRelation(NamedTuple):
         return self.same_topic / self.diff_topic
 
 
-def attention_by_relation(pattern: torch.Tensor, inputs: torch.Tensor, topic_of_word: torch.Tensor) -> AttentionByRelation:
-    """Average attention weight by the relation between query and key tokens.
+def attention_by_relation(
+    pattern: torch.Tensor, inputs: torch.Tensor, topic_of_word: torch.Tensor,
+) -> AttentionByRelation:
+    """Mean attention weight by the relation between query and key tokens, times ``N``.
 
-    Parameters
-    ----------
-    pattern : Tensor, shape (batch, query, key)
-        Attention weights (rows sum to 1).
-    inputs : LongTensor, shape (batch, N)
-        Tokens; only pairs of real words (id < V) count.
-    topic_of_word : LongTensor, shape (V,)
-
-    Returns
-    -------
-    AttentionByRelation
-        Mean weight in each relation, multiplied by ``N``.
+    ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape
+    (batch, N), of which only pairs of real words (id < V) count; ``topic_of_word``: shape (V,).
+    A relation without pairs gives nan.
     """
     if (not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point
             or inputs.dtype.is_complex or inputs.dtype == torch.bool):
-        raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got "
-                         f"{getattr(inputs, 'dtype', type(inputs).__name__)} of shape {tuple(getattr(inputs, 'shape', ()))}")
-    if not isinstance(pattern, torch.Tensor) or pattern.dim() != 3 or pattern.shape[0] != inputs.shape[0] \
-            or pattern.shape[1:] != (inputs.shape[1],) * 2:
+        got = f"{getattr(inputs, 'dtype', type(inputs).__name__)} of shape {tuple(getattr(inputs, 'shape', ()))}"
+        raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {got}")
+    if not isinstance(pattern, torch.Tensor) or pattern.shape != (inputs.shape[0], inputs.shape[1], inputs.shape[1]):
         raise ValueError(f"pattern must have shape (batch, N, N) matching inputs {tuple(inputs.shape)}, "
                          f"got {tuple(getattr(pattern, 'shape', ()))}")
     topic_of_word = torch.as_tensor(topic_of_word)
     if topic_of_word.dim() != 1 or topic_of_word.numel() == 0:
         raise ValueError(f"topic_of_word must be a non-empty 1-D tensor, got shape {tuple(topic_of_word.shape)}")
-    V = len(topic_of_word)
+    V, N = len(topic_of_word), inputs.shape[1]
     if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) > V):
         raise ValueError(f"inputs hold token ids outside [0, {V}] (words and [MASK]): "
                          f"min {int(inputs.min())}, max {int(inputs.max())}")
-    N = inputs.shape[1]
     is_word = inputs < V                                                        # (B, N)
     tok = inputs.clamp(max=V - 1)
     topic = topic_of_word[tok]                                                  # (B, N)
@@ -168,8 +116,4 @@ def attention_by_relation(pattern: torch.Tensor, inputs: torch.Tensor, topic_of_
     same_tok = tok[:, :, None] == tok[:, None, :]
     same_top = topic[:, :, None] == topic[:, None, :]
     masks = (pair & eye, pair & same_tok & ~eye, pair & same_top & ~same_tok, pair & ~same_top)
-
-    def mean(mask: torch.Tensor) -> float:
-        return float(pattern[mask].mean()) * N if mask.any() else float("nan")
-
-    return AttentionByRelation(*(mean(m) for m in masks))
+    return AttentionByRelation(*(float(pattern[m].mean()) * N if m.any() else float("nan") for m in masks))

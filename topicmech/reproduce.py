@@ -1,17 +1,8 @@
-"""Recipes for setting the authors' reported experiments beside ours.
+"""Recipes for setting the authors' reported experiments beside ours (the reproduction page).
 
-Book: the reproduction page (*Reproducing the authors' experiments*). It trains the
-one-layer model jointly (``W^K``, ``W^Q``, ``W^V`` from a near-zero initialisation) on LDA
-data shaped like the authors' released synthetic set (10 topics of 10 words, Dirichlet
-``alpha = 0.1``, documents of 100 to 150 words), reads attention by relation the way the
-authors' inspection script does, and records the Frobenius norms of the three matrices.
-
-- :func:`authors_attention_categories`: mean attention weight per key in the authors' three
-  categories (same word, the query's own position included; same topic; different topic);
-- :func:`synthetic_run`: one training run and its measurements;
-- :func:`leave_zero_step`: the step at which a norm trace first covers a given fraction of
-  its rise (the rule used for the two-stage timing);
-- :func:`verdict`: reproduced / partly / not, from a list of checked comparisons.
+The one-layer model is trained jointly on LDA data shaped like the authors' released synthetic
+set (10 topics of 10 words, ``alpha = 0.1``, documents of 100 to 150 words); attention is read
+by the authors' three categories and the norms of ``W^K``, ``W^Q``, ``W^V`` are recorded.
 """
 
 from __future__ import annotations
@@ -25,19 +16,12 @@ import torch
 
 from .data import LDATopicModel, TopicModel
 from .dynamics import reaching_step
-from .model import OneLayerTransformer
+from .model import OneLayerTransformer, TwoLayerTransformer
 from .train import train
 from .utils import check_positive_int
 
-__all__ = [
-    "RELATIONS",
-    "SyntheticRun",
-    "authors_lda",
-    "authors_attention_categories",
-    "synthetic_run",
-    "leave_zero_step",
-    "verdict",
-]
+__all__ = ["RELATIONS", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
+           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
 
 #: The authors' three attention categories, in the order of their table.
 RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
@@ -48,35 +32,20 @@ def authors_lda() -> LDATopicModel:
     return LDATopicModel(10, 10, 0.1)
 
 
-def authors_attention_categories(
-    pattern: torch.Tensor, inputs: torch.Tensor, topic_of_word: torch.Tensor
-) -> dict[str, float]:
-    """Mean attention weight per key in the authors' three categories.
+def authors_attention_categories(pattern: torch.Tensor, inputs: torch.Tensor,
+                                 topic_of_word: torch.Tensor) -> dict[str, float]:
+    """Mean attention weight per (query, key) pair of words in the authors' three categories.
 
-    Every ordered (query, key) pair of real words, the query's own position included, falls
-    into one category: ``"same_word"`` (same token id, so ``i = j`` counts here),
-    ``"same_topic"`` (different word of the same topic) or ``"diff_topic"``. The value is
-    the plain mean weight of the pairs in a category, so uniform attention over ``N`` keys
-    reads ``1/N`` in every category: the scale of the authors' table.
+    ``"same_word"`` (same token id, the query's own position included), ``"same_topic"``
+    (another word of the topic), ``"diff_topic"``; uniform attention over ``N`` keys reads
+    ``1/N`` everywhere (the scale of the authors' table), an empty category NaN.
 
     Parameters
     ----------
     pattern : Tensor, shape (batch, query, key)
-        Attention weights (rows sum to 1).
     inputs : LongTensor, shape (batch, N)
-        Token ids; ids ``>= len(topic_of_word)`` (``[MASK]``) are left out.
+        Token ids; ``[MASK]`` (ids ``>= len(topic_of_word)``) is left out.
     topic_of_word : LongTensor, shape (V,)
-
-    Returns
-    -------
-    dict
-        ``{"same_word": ..., "same_topic": ..., "diff_topic": ...}``, NaN for an empty
-        category.
-
-    Raises
-    ------
-    ValueError
-        If the shapes do not match.
     """
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point:
         raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {getattr(inputs, 'shape', inputs)!r}")
@@ -94,10 +63,7 @@ def authors_attention_categories(
     same_tok = tok[:, :, None] == tok[:, None, :]
     same_top = topic[:, :, None] == topic[:, None, :]
     masks = (pair & same_tok, pair & same_top & ~same_tok, pair & ~same_top)
-    out = {}
-    for name, m in zip(RELATIONS, masks):
-        out[name] = float(pattern[m].mean()) if bool(m.any()) else float("nan")
-    return out
+    return {name: float(pattern[m].mean()) if bool(m.any()) else float("nan") for name, m in zip(RELATIONS, masks)}
 
 
 @dataclass
@@ -111,7 +77,7 @@ class SyntheticRun:
     steps : ndarray of int, shape (k,)
         Steps at which the norms were read (0 = initialisation).
     norms : dict of str to ndarray, shape (k,)
-        ``"W_K"``, ``"W_Q"``, ``"W_V"``: Frobenius norms along training.
+        Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at those steps.
     """
 
     attention: dict[str, float]
@@ -119,58 +85,34 @@ class SyntheticRun:
     norms: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def synthetic_run(
-    seed: int,
-    *,
-    optimizer: Literal["sgd", "adam"],
-    lr: float,
-    steps: int,
-    train_docs: tuple[torch.Tensor, torch.Tensor],
-    heldout: torch.Tensor,
-    topic_model: TopicModel | None = None,
-    init_scale: float = 1e-3,
-    batch_size: int = 40,
-    probe_every: int = 10,
-) -> SyntheticRun:
+def synthetic_run(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, steps: int,
+                  train_docs: tuple[torch.Tensor, torch.Tensor], heldout: torch.Tensor,
+                  topic_model: TopicModel | None = None, init_scale: float = 1e-3, batch_size: int = 40,
+                  probe_every: int = 10) -> SyntheticRun:
     """Train ``W^K``, ``W^Q``, ``W^V`` jointly with cross-entropy and measure attention and norms.
 
-    The model is :class:`~topicmech.model.OneLayerTransformer` with one-hot embeddings, an
-    identity head, ``attention="learned"``, ``value="learned"`` and masked keys hidden
-    (``attend_to_masked=False``, as in the authors' released code); BERT corruption
-    0.15/0.1/0.1; documents resampled with replacement from ``train_docs``.
+    One-layer model with one-hot embeddings, identity head and hidden masked keys (the authors'
+    code); BERT corruption 0.15/0.1/0.1; batches resampled with replacement from ``train_docs``.
 
     Parameters
     ----------
     seed : int
-        Seed of the initialisation and of the batches (shifted by the seed offset through
-        the package's generators).
-    optimizer : {"sgd", "adam"}
-    lr : float
-    steps : int
+        Seeds the initialisation and the batches.
     train_docs : (docs, lengths)
-        Right-padded training documents and their lengths, e.g. from
-        :func:`topicmech.fast.sample_variable_length`.
+        Right-padded documents and their lengths (:func:`topicmech.fast.sample_variable_length`).
     heldout : LongTensor, shape (num_docs, N)
-        Clean documents on which attention is read (the authors read 500 unmasked
-        documents cut to 100 tokens).
+        Clean documents on which attention is read.
     topic_model : TopicModel, optional
-        Supplies ``topic_of_word``; defaults to :func:`authors_lda`.
-    init_scale : float
-        Standard deviation of the Gaussian initialisation.
-    batch_size : int
-        40, the released code's value.
-    probe_every : int
-        Steps between norm readings.
-
-    Returns
-    -------
-    SyntheticRun
+        Supplies ``topic_of_word``; default :func:`authors_lda`.
+    init_scale, batch_size, probe_every
+        Gaussian initialisation scale, documents per step (40 as released), steps between norm readings.
     """
     steps = check_positive_int("steps", steps)
     if not (isinstance(train_docs, tuple) and len(train_docs) == 2):
         raise ValueError("train_docs must be a tuple (docs, lengths)")
     if not isinstance(heldout, torch.Tensor) or heldout.dim() != 2:
-        raise ValueError(f"heldout must be a LongTensor of shape (num_docs, N), got {getattr(heldout, 'shape', heldout)!r}")
+        raise ValueError(f"heldout must be a LongTensor of shape (num_docs, N), "
+                         f"got {getattr(heldout, 'shape', heldout)!r}")
     topic_model = authors_lda() if topic_model is None else topic_model
     if not isinstance(topic_model, TopicModel):
         raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
@@ -187,32 +129,60 @@ def synthetic_run(
                         norms={k: hist.probe(k) for k in probes})
 
 
+def deep_norms(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, steps: int, docs: torch.Tensor,
+               topic_model: TopicModel | None = None, num_layers: int = 4, d_model: int = 16,
+               init_scale: float = 1e-3, batch_size: int = 20, probe_every: int = 5) -> SyntheticRun:
+    """Norms of ``W^K``, ``W^Q``, ``W^V`` along the training of a deep encoder (the authors' 4-layer plot).
+
+    :class:`~topicmech.model.TwoLayerTransformer` with ``num_layers`` one-head blocks (learned
+    embeddings, residual connections, LayerNorm, tied head), cross-entropy, hidden masked keys,
+    batches resampled from the equal-length ``docs``. Each norm is the root sum of squares over
+    the layers; ``attention`` is left empty.
+    """
+    topic_model = authors_lda() if topic_model is None else topic_model
+    model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_layers=num_layers, attend_to_masked=False,
+                                init_scale=init_scale, seed=seed)
+    probes = {name: (lambda m, i=i: float(sum(W[i].norm() ** 2 for W in m.W_QKV)) ** 0.5)
+              for i, name in enumerate(("W_Q", "W_K", "W_V"))}       # W_QKV[layer] stacks (q, k, v)
+    hist = train(model, docs, steps=steps, batch_size=batch_size, loss="cross_entropy", optimizer=optimizer,
+                 lr=lr, seed=seed + 7919, probes=probes, probe_every=probe_every)
+    return SyntheticRun(attention={}, steps=np.asarray(hist.probe_step), norms={k: hist.probe(k) for k in probes})
+
+
+def all_trained_gram(seed: int, *, loss: Literal["cross_entropy", "squared"], optimizer: Literal["sgd", "adam"],
+                     lr: float, steps: int, train_docs: tuple[torch.Tensor, torch.Tensor],
+                     topic_model: TopicModel | None = None, d_model: int = 32, init_scale: float = 0.1,
+                     batch_size: int = 40) -> np.ndarray:
+    """Train every component and return the word-embedding Gram matrix ``W_E^T W_E``, shape ``(D, D)``.
+
+    The authors' embedding heatmap: embeddings of width ``d_model``, ``W^K``, ``W^Q``, ``W^V`` and
+    the tied head trained together, hidden masked keys, BERT corruption 0.15/0.1/0.1, batches
+    resampled from ``train_docs`` as in :func:`synthetic_run`.
+    """
+    topic_model = authors_lda() if topic_model is None else topic_model
+    docs, lengths = train_docs
+    model = OneLayerTransformer(topic_model.num_tokens, d_model, embedding="learned", attention="learned",
+                                value="learned", head="tied", attend_to_masked=False, init_scale=init_scale,
+                                seed=seed)
+    train(model, docs, lengths=lengths, steps=steps, batch_size=batch_size, loss=loss, optimizer=optimizer, lr=lr,
+          seed=seed + 7919)
+    return model.embedding_gram().detach().double().numpy()
+
+
 def leave_zero_step(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | np.ndarray,
                     fraction: float = 0.1) -> int | None:
-    """First step at which a norm has covered ``fraction`` of its rise from step 0 to the end.
+    """First step at which a norm has covered ``fraction`` of its rise from step 0 to the end (None if it never rises).
 
-    A thin wrapper of :func:`topicmech.dynamics.reaching_step` with ``reference="final"``;
-    None when the norm never rises above its initial value.
+    :func:`topicmech.dynamics.reaching_step` with ``reference="final"``.
     """
     return reaching_step(steps, norms, fraction=fraction, reference="final")
 
 
 def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) -> str:
-    """``"reproduced"``, ``"partly"`` or ``"not"`` from checked comparisons.
+    """``"reproduced"`` if every check holds, ``"not"`` if an essential one fails, else ``"partly"``.
 
-    Parameters
-    ----------
-    checks : sequence of bool
-        Each entry: whether one of the authors' comparisons holds in our measurement.
-    essential : sequence of bool, optional
-        Marks the comparisons without which the row is ``"not"`` reproduced (default:
-        the first one).
-
-    Returns
-    -------
-    str
-        ``"reproduced"`` if every check holds, ``"not"`` if an essential one fails,
-        ``"partly"`` otherwise.
+    ``checks``: whether each of the authors' comparisons holds in our measurement;
+    ``essential`` marks those without which the row is not reproduced (default: the first).
     """
     checks = [bool(c) for c in checks]
     if not checks:

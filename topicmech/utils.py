@@ -1,11 +1,11 @@
-"""Seeding, threads, run mode and input validation shared by every module and chapter.
+"""Seeding, threads, run mode (quick or paper scale) and the input checks shared by every module.
 
-Book: every chapter's first code cell calls :func:`setup_notebook`; the run mode
-(quick or paper scale) is described on the *How to use this book* page.
+Every chapter's first code cell calls :func:`setup_notebook`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections.abc import Iterable
@@ -15,37 +15,16 @@ import numpy as np
 import torch
 
 __all__ = [
-    "MODE",
-    "seed_offset",
-    "shift_seed",
-    "spawn_seeds",
-    "numpy_rng",
-    "check_seed",
-    "run_mode",
-    "is_full",
-    "seed_everything",
-    "setup_notebook",
-    "make_generator",
-    "default_device",
+    "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
+    "seed_everything", "setup_notebook", "make_generator", "default_device",
 ]
 
 Mode = Literal["quick", "full"]
 
 
 def run_mode() -> Mode:
-    """Read the run mode from the environment variable ``TOPICMECH_MODE``.
-
-    Returns
-    -------
-    mode : {"quick", "full"}
-        ``"quick"`` (default) keeps every chapter under a minute on two CPU cores;
-        ``"full"`` runs the paper-scale settings.
-
-    Raises
-    ------
-    ValueError
-        If ``TOPICMECH_MODE`` is set to anything else.
-    """
+    """The run mode from ``TOPICMECH_MODE``: ``"quick"`` (default, chapters in about a minute) or
+    ``"full"`` (paper scale); ``ValueError`` for anything else."""
     mode = os.environ.get("TOPICMECH_MODE", "quick").strip().lower() or "quick"
     if mode not in ("quick", "full"):
         raise ValueError(f"TOPICMECH_MODE must be 'quick' or 'full', got {mode!r}")
@@ -61,35 +40,20 @@ def is_full() -> bool:
 
 
 def default_device() -> torch.device:
-    """The device for paper-scale runs: CUDA when present and in full mode, else CPU."""
-    if is_full() and torch.cuda.is_available():
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-SEED_OFFSET_VARIABLE = "TOPICMECH_SEED_OFFSET"
+    """CUDA in full mode when present, else the CPU."""
+    return torch.device("cuda") if is_full() and torch.cuda.is_available() else torch.device("cpu")
 
 
 def seed_offset() -> int:
-    """The seed shift read from the environment variable ``TOPICMECH_SEED_OFFSET`` (default 0).
-
-    Every seed the package turns into random numbers (:func:`make_generator`,
-    :func:`numpy_rng`, :func:`seed_everything`) is first shifted by this offset, so one
-    variable reruns the whole book on fresh randomness: ``TOPICMECH_SEED_OFFSET=1000 make
-    test`` checks that no claim rests on a lucky seed.
-
-    Raises
-    ------
-    ValueError
-        If the variable is set to anything but a non-negative integer.
-    """
-    raw = os.environ.get(SEED_OFFSET_VARIABLE, "0").strip() or "0"
+    """The shift ``TOPICMECH_SEED_OFFSET`` (a non-negative int, default 0) added to every seed the
+    package uses, so one variable reruns the whole book on fresh randomness."""
+    raw = os.environ.get("TOPICMECH_SEED_OFFSET", "0").strip() or "0"
     try:
         offset = int(raw)
     except ValueError:
-        raise ValueError(f"{SEED_OFFSET_VARIABLE} must be a non-negative integer, got {raw!r}") from None
+        offset = -1
     if offset < 0:
-        raise ValueError(f"{SEED_OFFSET_VARIABLE} must be a non-negative integer, got {raw!r}")
+        raise ValueError(f"TOPICMECH_SEED_OFFSET must be a non-negative integer, got {raw!r}")
     return offset
 
 
@@ -106,30 +70,19 @@ def shift_seed(seed: int) -> int:
 
 
 def spawn_seeds(seed: int, n: int) -> list[int]:
-    """``n`` independent child seeds of ``seed`` (NumPy's ``SeedSequence.spawn``).
-
-    The one way the package derives several seeds from one (training phases, Monte Carlo
-    batches); the children are plain ints and are shifted again only when used.
-    """
+    """``n`` independent child seeds of ``seed`` (``numpy.random.SeedSequence.spawn``), not yet shifted."""
     n = check_positive_int("n", n)
     return [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(check_seed(seed)).spawn(n)]
 
 
 def numpy_rng(seed: int) -> np.random.Generator:
-    """A NumPy ``Generator`` seeded with the shifted ``seed`` (see :func:`seed_offset`)."""
+    """A NumPy ``Generator`` seeded with the shifted ``seed``."""
     return np.random.default_rng(shift_seed(seed))
 
 
 def seed_everything(seed: int, *, deterministic: bool = True) -> None:
-    """Seed Python, NumPy and torch (with the shifted seed), and ask for deterministic kernels.
-
-    Parameters
-    ----------
-    seed : int
-        Non-negative seed; :func:`seed_offset` is added to it.
-    deterministic : bool
-        Also call ``torch.use_deterministic_algorithms(True, warn_only=True)``.
-    """
+    """Seed Python, NumPy and torch with the shifted ``seed``; with ``deterministic``, also call
+    ``torch.use_deterministic_algorithms(True, warn_only=True)``."""
     seed = shift_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -139,109 +92,87 @@ def seed_everything(seed: int, *, deterministic: bool = True) -> None:
 
 
 def make_generator(seed: int | torch.Generator) -> torch.Generator:
-    """Return a CPU ``torch.Generator``: a fresh one seeded with the shifted ``seed``, or ``seed`` itself.
-
-    Every random function in the package takes ``seed`` and calls this, so results never
-    depend on global random state, and ``TOPICMECH_SEED_OFFSET`` shifts them all.
-    """
-    if isinstance(seed, torch.Generator):
-        return seed
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64) or a torch.Generator, got {seed!r}")
-    gen = torch.Generator()
-    gen.manual_seed(shift_seed(seed))
-    return gen
+    """``seed`` itself if it is a ``torch.Generator``, else a fresh CPU generator seeded with the shifted seed."""
+    return seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(shift_seed(seed))
 
 
 def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
-    """One call at the top of each chapter: one torch thread, seeds, plot style.
-
-    Two threads on two busy cores can be 10-100x slower than one, so chapters run
-    single-threaded.
-
-    Parameters
-    ----------
-    seed : int
-        Seed passed to :func:`seed_everything`.
-    threads : int
-        Number of torch intra-op threads.
-
-    Returns
-    -------
-    mode : {"quick", "full"}
-        The run mode, so a chapter can print it.
-    """
-    threads = check_positive_int("threads", threads)
-    torch.set_num_threads(threads)
+    """Set ``threads`` torch threads (one by default: two on two busy cores can be far slower),
+    seed everything, draw figures inline in house style; return the run mode."""
+    torch.set_num_threads(check_positive_int("threads", threads))
     seed_everything(seed)
-    _inline_figures()
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:  # pragma: no cover - IPython ships with the book's requirements
+        shell = None
+    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
+        shell.run_line_magic("matplotlib", "inline")  # even if MPLBACKEND=Agg is set
     from . import plotting  # local import: plotting pulls in matplotlib
 
     plotting.set_style()
     return run_mode()
 
 
-def _inline_figures() -> None:
-    """Inside a Jupyter kernel, draw figures inline even if ``MPLBACKEND=Agg`` is set."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython ships with the book's requirements
-        return
-    shell = get_ipython()
-    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
-        shell.run_line_magic("matplotlib", "inline")
-
-
 def check_positive_int(name: str, value: object) -> int:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1."""
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int >= 1; return it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
 def check_seeds(seeds: Iterable[int] | int) -> list[int]:
-    """Distinct non-negative seeds as a list; an int ``n`` means ``range(n)``.
-
-    Raises ``ValueError`` naming ``seeds`` for an empty, repeated or non-integer list.
-    """
+    """Distinct non-negative seeds as a list (an int ``n`` means ``range(n)``); ``ValueError`` naming ``seeds``."""
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
         seeds = range(check_positive_int("seeds", seeds))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
         raise ValueError(f"seeds must be an int or an iterable of ints, got {seeds!r}")
     out = list(seeds)
-    if not out:
-        raise ValueError("seeds must not be empty")
-    for s in out:
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
-            raise ValueError(f"seeds must be non-negative ints, got {s!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {out!r}")
+    if (not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in out)
+            or len(set(out)) != len(out)):
+        raise ValueError(f"seeds must be a non-empty list of distinct non-negative ints, got {out!r}")
     return [int(s) for s in out]
 
 
-def check_probability(name: str, value: object) -> float:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is a float in [0, 1]."""
-    if isinstance(value, (bool, str, bytes)):
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+def check_choice(name: str, value: object, options: tuple[str, ...]) -> str:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``options``; return it."""
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+def _as_float(value: object) -> float:
+    """``float(value)``, or NaN for a bool, a string or anything that does not convert."""
     try:
-        p = float(value)  # type: ignore[arg-type]
+        return math.nan if isinstance(value, (bool, str, bytes)) else float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}") from None
-    if not (0.0 <= p <= 1.0):
+        return math.nan
+
+
+def check_float(name: str, value: object, *, positive: bool = True) -> float:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite float > 0 (>= 0 if not
+    ``positive``); return it as a float."""
+    x = _as_float(value)
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise ValueError(f"{name} must be a finite float {'> 0' if positive else '>= 0'}, got {value!r}")
+    return x
+
+
+def check_probability(name: str, value: object) -> float:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a float in [0, 1]; return it."""
+    p = _as_float(value)
+    if not 0.0 <= p <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
     return p
 
 
 def check_masking(mask_prob: float, keep_prob: float, random_prob: float) -> tuple[float, float, float]:
-    """Validate the BERT corruption probabilities; return them as floats.
-
-    ``keep_prob + random_prob`` must not exceed 1 (the rest is the ``[MASK]`` share).
-    """
+    """Check the BERT corruption probabilities (``keep_prob + random_prob <= 1``); return them as floats."""
     p_m = check_probability("mask_prob", mask_prob)
     p_c = check_probability("keep_prob", keep_prob)
     p_r = check_probability("random_prob", random_prob)
     if p_c + p_r > 1.0 + 1e-12:
-        raise ValueError(
-            f"keep_prob + random_prob must be <= 1, got keep_prob={keep_prob!r}, random_prob={random_prob!r}"
-        )
+        raise ValueError(f"keep_prob + random_prob must be <= 1, got keep_prob={keep_prob!r}, "
+                         f"random_prob={random_prob!r}")
     return p_m, p_c, p_r
