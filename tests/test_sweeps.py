@@ -46,7 +46,7 @@ import torch
 import topicmech as tm
 from topicmech import dynamics, stage2, sweeps, theory
 
-SEEDS = list(range(5))
+SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # the chapter's claims: 10 seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
 U_TRAIN = {"squared": dict(steps=250, anneal_steps=125), "cross_entropy": dict(steps=400, anneal_steps=200)}
 LR = {"sgd": 10.0, "adam": 1e-2}                   # the chapter's explicit learning rates
@@ -66,38 +66,38 @@ T5, N5 = 5, 16                                     # learned-attention setting
 
 
 def test_effective_topics_values_and_limits():
-    assert sweeps.lda_effective_topics(10, 0.1) == pytest.approx(2 / 1.1)
-    assert sweeps.lda_effective_topics(8, 1e-9) == pytest.approx(1.0, abs=1e-8)
-    assert sweeps.lda_effective_topics(8, 1e9) == pytest.approx(8.0, rel=1e-8)
+    assert theory.lda_effective_topics(10, 0.1) == pytest.approx(2 / 1.1)
+    assert theory.lda_effective_topics(8, 1e-9) == pytest.approx(1.0, abs=1e-8)
+    assert theory.lda_effective_topics(8, 1e9) == pytest.approx(8.0, rel=1e-8)
     for T_, tau in [(8, 2), (8, 5), (5, 3), (3, 2)]:
-        a = sweeps.lda_alpha_matching(T_, tau)
-        assert sweeps.lda_effective_topics(T_, a) == pytest.approx(tau, rel=1e-12)
+        a = theory.lda_alpha_matching(T_, tau)
+        assert theory.lda_effective_topics(T_, a) == pytest.approx(tau, rel=1e-12)
 
 
 def test_effective_topics_matches_cooccurrence():
     for T_, a in [(8, 0.05), (5, 0.7), (10, 3.0)]:
         lda = tm.LDATopicModel(T_, 3, a)
         P = lda.expected_topic_cooccurrence()
-        assert np.trace(P) == pytest.approx(1 / sweeps.lda_effective_topics(T_, a), rel=1e-12)
+        assert np.trace(P) == pytest.approx(1 / theory.lda_effective_topics(T_, a), rel=1e-12)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "0.1", None])
 def test_effective_topics_rejects_bad_alpha(bad):
     with pytest.raises(ValueError, match="alpha"):
-        sweeps.lda_effective_topics(8, bad)
+        theory.lda_effective_topics(8, bad)
 
 
 @pytest.mark.parametrize("T_, tau", [(8, 1), (8, 8), (8, 9), (1, 1)])
 def test_alpha_matching_rejects_out_of_range(T_, tau):
     with pytest.raises(ValueError, match="topics_per_doc"):
-        sweeps.lda_alpha_matching(T_, tau)
+        theory.lda_alpha_matching(T_, tau)
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("T_, v_, tau, N_", [(8, 4, 2, 32), (5, 3, 3, 10), (6, 2, 4, math.inf)])
 def test_lda_moments_equal_simplified_at_alpha_star(attend_to_masked, T_, v_, tau, N_):
-    a = sweeps.lda_alpha_matching(T_, tau)
-    S, C = sweeps.lda_moments(T_, v_, a, N_, attend_to_masked=attend_to_masked)
+    a = theory.lda_alpha_matching(T_, tau)
+    S, C = theory.lda_moments(T_, v_, a, N_, attend_to_masked=attend_to_masked)
     S0, C0 = theory.moments(T_, v_, tau, N_, attend_to_masked=attend_to_masked)
     assert np.abs(S - S0).max() < 1e-14 and np.abs(C - C0).max() < 1e-14
 
@@ -105,15 +105,15 @@ def test_lda_moments_equal_simplified_at_alpha_star(attend_to_masked, T_, v_, ta
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("l2", [0.0, 1e-3])
 def test_lda_optimum_equals_simplified_at_alpha_star(attend_to_masked, l2):
-    a = sweeps.lda_alpha_matching(T, TAU)
-    W = sweeps.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=attend_to_masked, l2=l2)
+    a = theory.lda_alpha_matching(T, TAU)
+    W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=attend_to_masked, l2=l2)
     W0 = theory.optimal_value_matrix(T, V_T, TAU, N, attend_to_masked=attend_to_masked, l2=l2)
     assert np.abs(W - W0).max() < 1e-12
 
 
 def test_lda_optimum_long_document_limit_is_min_norm():
-    a = sweeps.lda_alpha_matching(6, 3)
-    W = sweeps.lda_optimal_value_matrix(6, 3, a, math.inf, attend_to_masked=True)
+    a = theory.lda_alpha_matching(6, 3)
+    W = theory.lda_optimal_value_matrix(6, 3, a, math.inf, attend_to_masked=True)
     W0 = theory.optimal_value_matrix(6, 3, 3, math.inf, attend_to_masked=True)
     assert np.abs(W - W0).max() < 1e-9
 
@@ -121,9 +121,9 @@ def test_lda_optimum_long_document_limit_is_min_norm():
 def test_lda_optimum_block_form_and_monotone_in_alpha():
     gaps = []
     for a in [0.02, 0.1, 0.5, 2.0, 10.0]:
-        W = sweeps.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=False)
+        W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=False)
         assert theory.orbit_deviation(W, T, V_T) < 1e-12
-        b = sweeps.lda_value_blocks(T, V_T, a, N, attend_to_masked=False)
+        b = theory.lda_value_blocks(T, V_T, a, N, attend_to_masked=False)
         assert b.diag == pytest.approx(b.same_topic, abs=1e-12)          # hidden keys: no diagonal boost
         gaps.append(b.same_topic - b.diff_topic)
     assert np.all(np.diff(gaps) < 0)
@@ -137,17 +137,17 @@ def test_lda_optimum_matches_least_squares_on_lda_samples():
     inputs, selected = tm.bert_mask(docs, lda.vocab_size, seed=12)
     W_mc = theory.least_squares_value_matrix(inputs, selected, docs, lda.num_tokens, attend_to_masked=True)
     mc = theory.orbit_means(W_mc, T_, v_)
-    ex = sweeps.lda_value_blocks(T_, v_, a, N_, attend_to_masked=True)
-    assert 1 < sweeps.lda_effective_topics(T_, a) < 2                    # really between integers
+    ex = theory.lda_value_blocks(T_, v_, a, N_, attend_to_masked=True)
+    assert 1 < theory.lda_effective_topics(T_, a) < 2                    # really between integers
     assert (mc.same_topic - mc.diff_topic) == pytest.approx(ex.same_topic - ex.diff_topic, rel=0.03)
     assert (mc.diag - mc.same_topic) == pytest.approx(ex.diag - ex.same_topic, rel=0.15)
 
 
 def test_lda_moments_rejects_single_topic_and_bad_l2():
     with pytest.raises(ValueError, match="num_topics"):
-        sweeps.lda_moments(1, 4, 0.5, 10)
+        theory.lda_moments(1, 4, 0.5, 10)
     with pytest.raises(ValueError, match="l2"):
-        sweeps.lda_optimal_value_matrix(4, 2, 0.5, 10, l2=-1.0)
+        theory.lda_optimal_value_matrix(4, 2, 0.5, 10, l2=-1.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def test_stage1_point_branches():
     ex = theory.value_block_coefficients(4, 2, 2, 10, attend_to_masked=False)
     assert s["exact_topic_gap"] == pytest.approx(ex.same_topic - ex.diff_topic, abs=1e-12)
     lda = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, alpha=0.3, doc_len=10, steps=5)
-    exl = sweeps.lda_value_blocks(4, 2, 0.3, 10, attend_to_masked=False)
+    exl = theory.lda_value_blocks(4, 2, 0.3, 10, attend_to_masked=False)
     assert lda["exact_topic_gap"] == pytest.approx(exl.same_topic - exl.diff_topic, abs=1e-12)
     with pytest.raises(ValueError, match="topics_per_doc"):
         sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=None, doc_len=10, steps=5)
@@ -344,7 +344,7 @@ def test_sweep_axes_order_and_cache():
 
 @pytest.mark.slow
 def test_claim_lda_follows_exact_optimum():
-    alpha_star = sweeps.lda_alpha_matching(T, TAU)
+    alpha_star = theory.lda_alpha_matching(T, TAU)
     rows = sweeps.tidy(dynamics.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
@@ -358,7 +358,7 @@ def test_claim_lda_follows_exact_optimum():
 
 @pytest.mark.slow
 def test_claim_lda_cross_entropy_differs():
-    alpha_star = sweeps.lda_alpha_matching(T, TAU)
+    alpha_star = theory.lda_alpha_matching(T, TAU)
     ce = partial(STAGE1, loss="cross_entropy", optimizer="adam", l2=1e-3)
     g_lda = np.array([ce(s, alpha=alpha_star)["topic_gap"] for s in SEEDS])
     g_simple = np.array([ce(s, topics_per_doc=TAU)["topic_gap"] for s in SEEDS])

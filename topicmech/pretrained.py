@@ -268,7 +268,7 @@ class FittedLDA:
         return WordTopics(self.num_topics, {w: s for w, s in topics.items() if s})
 
 
-def fit_lda(corpus: Corpus, *, num_topics: int = 20, passes: int = 10, seed: int = 0, no_below: int = 5,
+def fit_lda(corpus: Corpus, *, num_topics: int = 20, passes: int = 6, seed: int = 0, no_below: int = 5,
             no_above: float = 0.5, iterations: int = 100, cache_dir: str | os.PathLike | None = None) -> FittedLDA:
     """Fit gensim's ``LdaModel`` :cite:p:`blei2003lda` (T = ``num_topics``, ``alpha="auto"``, ``random_state`` the
     shifted ``seed``) to the counts of the :func:`lda_tokenize` tokens in at least ``no_below`` documents and at
@@ -990,7 +990,7 @@ class ProbeResult:
 
 
 def probe(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, *, num_topics: int = 20,
-          passes: int = 10, top_k: int = 1, threshold: float = 0.0,
+          passes: int = 6, top_k: int = 1, threshold: float = 0.0,
           thresholds: Sequence[float] = (0.0, 0.3, 0.5, 0.7), max_pieces: int = 128, chunks_per_doc: int | None = 2,
           max_docs: int | None = None, pieces: PieceMode = "sum", n_boot_embedding: int = 1000,
           n_boot_attention: int = 10000, level: float = 0.95, seed: int = 0,

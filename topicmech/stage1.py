@@ -60,7 +60,7 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     ----------
     topic_model : TopicModel
         :class:`~topicmech.data.SimplifiedTopicModel` (:func:`topicmech.theory.sigma_eigenvalues`)
-        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.sweeps.lda_moments`);
+        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_moments`);
         any other raises ValueError.
     needs : str
         Argument the caller should set instead, named in that error.
@@ -76,7 +76,7 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
         return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
                                  doc_len, *masking, attend_to_masked=attend_to_masked)
     if isinstance(topic_model, LDATopicModel):
-        from .sweeps import lda_moments
+        from .theory import lda_moments
 
         S, _ = lda_moments(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
                            *masking, attend_to_masked=attend_to_masked)

@@ -1,7 +1,6 @@
 """Ablations and parameter sweeps: how far the topic picture holds beyond the theorems.
 
-LDA closed forms (LDA with concentration ``alpha`` has the co-occurrences of
-``tau_eff = (T alpha + 1) / (alpha + 1)`` topics per document); runners that return
+Runners that return
 probe summaries for :func:`topicmech.dynamics.run_seeds` / :func:`topicmech.dynamics.run_grid`;
 probes for learned embeddings and several heads; closed forms along a sweep; tidy tables.
 Runs default to hidden keys (``attend_to_masked=False``, the authors' released code).
@@ -25,7 +24,6 @@ from .train import train
 from .utils import check_positive_int, check_seeds, seed_everything
 
 __all__ = [
-    "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix", "lda_value_blocks",
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
     "value_blocks_along", "stage2_drive", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
@@ -73,80 +71,6 @@ def _check_run(topic_model: object, attend_to_masked: object, loss: object, opti
     _check_choice("loss", loss, ("squared", "cross_entropy"))
     _check_choice("optimizer", optimizer, ("sgd", "adam"))
     return bool(attend_to_masked)
-
-
-def lda_effective_topics(num_topics: int, alpha: float) -> float:
-    """Topics per document ``tau_eff = (T alpha + 1) / (alpha + 1)`` of the simplified model with LDA's co-occurrences.
-
-    Two positions share a topic with probability ``(alpha + 1) / (T alpha + 1)``, ``1 / tau``
-    in the simplified model; ``tau_eff`` runs from 1 (``alpha -> 0``) to ``T`` (``alpha -> inf``).
-
-    Examples
-    --------
-    >>> lda_effective_topics(10, 0.1)
-    1.8181818181818181
-    """
-    T = check_positive_int("num_topics", num_topics)
-    a = _check_float("alpha", alpha, positive=True)
-    return (T * a + 1.0) / (a + 1.0)
-
-
-def lda_alpha_matching(num_topics: int, topics_per_doc: int) -> float:
-    """The ``alpha* = (tau - 1) / (T - tau)`` whose LDA has the co-occurrences of ``tau`` topics per document.
-
-    Inverts :func:`lda_effective_topics`; needs ``2 <= topics_per_doc < num_topics``.
-    """
-    T = check_positive_int("num_topics", num_topics)
-    tau = check_positive_int("topics_per_doc", topics_per_doc)
-    if not 2 <= tau < T:
-        raise ValueError(f"topics_per_doc must satisfy 2 <= topics_per_doc < num_topics={T}, got {topics_per_doc!r}")
-    return (tau - 1) / (T - tau)
-
-
-def lda_moments(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, attend_to_masked: bool = True
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact ``Sigma = E[xbar xbar^T]`` and ``C = E[y xbar^T]`` (shape (D, D)) for LDA documents.
-
-    The moments are affine in ``1 / tau_eff`` (:func:`lda_effective_topics`), so they are
-    interpolated exactly between :func:`topicmech.theory.moments` at ``tau = 1`` and ``tau = 2``.
-    Arguments as in :func:`topicmech.theory.moments`, with the concentration ``alpha`` (> 0)
-    for ``topics_per_doc`` and ``num_topics >= 2``.
-    """
-    T = check_positive_int("num_topics", num_topics)
-    if T < 2:
-        raise ValueError(f"num_topics must be >= 2 for LDA moments, got {num_topics!r}")
-    tau_eff = lda_effective_topics(T, alpha)
-    args = (mask_prob, keep_prob, random_prob, attend_to_masked)
-    S1, C1 = theory.moments(T, words_per_topic, 1, doc_len, *args)
-    S2, C2 = theory.moments(T, words_per_topic, 2, doc_len, *args)
-    w = 2.0 * (1.0 - 1.0 / tau_eff)      # 1/tau_eff = 1 -> w = 0; 1/tau_eff = 1/2 -> w = 1
-    return S1 + w * (S2 - S1), C1 + w * (C2 - C1)
-
-
-def lda_optimal_value_matrix(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
-                             mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                             attend_to_masked: bool = True, l2: float = 0.0) -> np.ndarray:
-    """Stage-1 optimum ``W* = C (Sigma + l2 I)^{-1}`` (shape (D, D)) of ``W^V`` for LDA documents.
-
-    Moments from :func:`lda_moments` (same arguments), ridge ``l2 >= 0``; as in
-    :func:`topicmech.theory.optimal_value_matrix` (hidden keys: word block only, ``[MASK]``
-    row and column 0), which it equals at ``alpha = lda_alpha_matching(T, tau)``.
-    """
-    lam = _check_float("l2", l2)
-    Sigma, C = lda_moments(num_topics, words_per_topic, alpha, doc_len, mask_prob, keep_prob, random_prob,
-                           attend_to_masked)
-    k = Sigma.shape[0] if attend_to_masked else Sigma.shape[0] - 1              # attended tokens
-    W = np.zeros_like(Sigma)
-    W[:k, :k] = theory._solve_right(C[:k, :k], Sigma[:k, :k], lam)
-    return W
-
-
-def lda_value_blocks(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
-                     *args: Any, **kwargs: Any) -> theory.ValueBlocks:
-    """Orbit values (:class:`topicmech.theory.ValueBlocks`) of :func:`lda_optimal_value_matrix`, same arguments."""
-    W = lda_optimal_value_matrix(num_topics, words_per_topic, alpha, doc_len, *args, **kwargs)
-    return theory.orbit_means(W, num_topics, words_per_topic)
 
 
 def _summarise_value(W: np.ndarray, topic_of_word: torch.Tensor) -> dict[str, float]:
@@ -252,7 +176,7 @@ def stage1_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, to
     args = (doc_len, mask_prob, keep_prob, random_prob, attend_to_masked)
     if alpha is not None:
         data: TopicModel = LDATopicModel(num_topics, words_per_topic, alpha)
-        ref = lda_optimal_value_matrix(num_topics, words_per_topic, alpha, *args, l2=l2)
+        ref = theory.lda_optimal_value_matrix(num_topics, words_per_topic, alpha, *args, l2=l2)
     elif topics_per_doc is None:
         raise ValueError("give topics_per_doc (simplified model) or alpha (LDA)")
     else:
