@@ -21,7 +21,7 @@ from .dynamics import Sweep, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_positive_int, check_seeds, seed_everything
+from .utils import check_choice, check_float, check_positive_int, check_seeds, seed_everything
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
@@ -45,31 +45,14 @@ SWEEP_PARAMETERS: tuple[str, ...] = ("num_topics", "words_per_topic", "topics_pe
 _SUMMARY_KEYS = ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess")
 
 
-def _check_float(name: str, value: object, *, positive: bool = False) -> float:
-    """A finite float >= 0 (> 0 with ``positive``)."""
-    try:
-        x = math.nan if isinstance(value, (bool, str, bytes)) else float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        x = math.nan
-    if not (math.isfinite(x) and (x > 0 if positive else x >= 0)):
-        kind = "positive finite float" if positive else "finite float >= 0"
-        raise ValueError(f"{name} must be a {kind}, got {value!r}")
-    return x
-
-
-def _check_choice(name: str, value: object, options: Sequence[str]) -> None:
-    if value not in options:
-        raise ValueError(f"{name} must be one of {tuple(options)}, got {value!r}")
-
-
 def _check_run(topic_model: object, attend_to_masked: object, loss: object, optimizer: object) -> bool:
     """Shared checks of the runners; returns ``attend_to_masked`` as a bool."""
     if not isinstance(topic_model, TopicModel):
         raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
     if not isinstance(attend_to_masked, (bool, np.bool_)):
         raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
-    _check_choice("loss", loss, ("squared", "cross_entropy"))
-    _check_choice("optimizer", optimizer, ("sgd", "adam"))
+    check_choice("loss", loss, ("squared", "cross_entropy"))
+    check_choice("optimizer", optimizer, ("sgd", "adam"))
     return bool(attend_to_masked)
 
 
@@ -123,7 +106,7 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
         anneal_steps = -1 if steps is None else 0                  # -1: half the derived steps, set below
     elif isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
         raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
-    l2 = _check_float("l2", l2)
+    l2 = check_float("l2", l2, positive=False)
     if optimizer == "adam":
         lr = ADAM_LR if lr is None else lr
         steps = 400 if steps is None else steps
@@ -269,7 +252,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
         (same / different topic); ``"value_topic_gap"`` (of ``W_E^T W^V W_E``); ``"final_loss"``.
     """
     attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
-    _check_choice("handicap", handicap, HANDICAPS)
+    check_choice("handicap", handicap, HANDICAPS)
     doc_len = check_positive_int("doc_len", doc_len)
     D = topic_model.num_tokens
     if lr is None:
@@ -351,7 +334,7 @@ def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int =
     keywords fix the rest. Returns arrays of shape (len(values),): ``"x"`` (the values),
     ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"topic_eigenvalue"``.
     """
-    _check_choice("param", param, SWEEP_PARAMETERS)
+    check_choice("param", param, SWEEP_PARAMETERS)
     xs = np.asarray(list(values), dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got {values!r}")
