@@ -1,7 +1,8 @@
 # Verbs for the round trip. Every target creates or reuses the virtual environment .venv.
 #   make book       install everything, build the HTML book (executes every chapter)
 #   make test       install everything, lint (ruff), run unit tests and every chapter through nbval
-#   make test-fast  unit tests only (no notebooks, no slow multi-seed checks)
+#   make test-seeds the multi-seed checks of the claims (tests marked slow; CI runs them too)
+#   make test-fast  unit tests only (no notebooks, no multi-seed checks)
 #   make notebooks  regenerate notebooks/*.ipynb from book/*.md (committed, for Colab)
 #   make check-exported  run exported notebooks in a fresh environment outside the repository
 #   make students   students' edition: notebooks with exercise solutions removed
@@ -18,7 +19,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test test-fast test-notebooks notebooks check-exported students bench browser-test clean
+.PHONY: install book test test-seeds test-fast test-notebooks notebooks check-exported students bench browser-test clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -39,7 +40,10 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile --durations=15 -m "slow or not slow"
+	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile --durations=15 -m "not slow"
+
+test-seeds: $(STAMP)
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile --durations=15 -m slow
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q

@@ -337,6 +337,14 @@ def test_sweep_axes_order_and_cache():
         sweeps.sweep_axes(lambda seed, a: 1.0, {"a": [1]}, seeds=1)
 
 
+def test_sweep_axes_in_two_processes_matches_one():
+    def fn(seed, a=0):
+        return {"y": float(torch.rand(1)) + a}          # global torch RNG, reseeded per point
+
+    one = sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=1)
+    assert sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=2) == one
+
+
 # ----------------------------------------------------------------------------------------
 # Chapter 7's claims on five seeds
 # ----------------------------------------------------------------------------------------

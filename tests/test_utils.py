@@ -15,8 +15,10 @@ from topicmech.utils import (
     check_positive_int,
     check_probability,
     default_device,
+    default_jobs,
     is_full,
     make_generator,
+    parallel_map,
     run_mode,
     seed_everything,
     setup_notebook,
@@ -25,7 +27,7 @@ from topicmech.utils import (
 
 @pytest.fixture
 def restore_torch_globals():
-    """seed_everything switches deterministic algorithms on for the whole process: undo it."""
+    """seed_everything can switch deterministic algorithms on for the whole process: undo it."""
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     threads = torch.get_num_threads()
@@ -45,13 +47,16 @@ def test_seed_everything_seeds_python_numpy_and_torch(restore_torch_globals):
     assert draws() == a
     seed_everything(124)
     assert all(x != y for x, y in zip(draws(), a))
-    assert torch.are_deterministic_algorithms_enabled()
 
 
-def test_seed_everything_without_deterministic_flag(restore_torch_globals):
+def test_seed_everything_deterministic_flag(restore_torch_globals):
     torch.use_deterministic_algorithms(False)
     seed_everything(0, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
+    seed_everything(0)  # default: deterministic kernels only where CUDA is present
+    assert torch.are_deterministic_algorithms_enabled() == torch.cuda.is_available()
+    seed_everything(0, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
 
 
 def test_seed_everything_accepts_large_and_numpy_seeds(restore_torch_globals):
@@ -60,6 +65,23 @@ def test_seed_everything_accepts_large_and_numpy_seeds(restore_torch_globals):
     a = draws()
     seed_everything(5)
     assert draws() == a
+
+
+def test_parallel_map_matches_a_list_comprehension(monkeypatch):
+    items = [3, 1, 2]
+    assert parallel_map(lambda x: x * x, items, n_jobs=2) == [9, 1, 4]
+    assert parallel_map(lambda x: x * x, items, n_jobs=1) == [9, 1, 4]
+    assert parallel_map(lambda x: torch.get_num_threads(), items, n_jobs=2) == [1, 1, 1]
+    monkeypatch.setenv("TOPICMECH_JOBS", "3")
+    assert default_jobs() == 3
+    monkeypatch.delenv("TOPICMECH_JOBS")
+    assert 1 <= default_jobs() <= 4
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("TOPICMECH_JOBS", bad)
+        with pytest.raises(ValueError, match="TOPICMECH_JOBS"):
+            default_jobs()
+    with pytest.raises(ValueError, match="n_jobs"):
+        parallel_map(abs, items, n_jobs=0)
 
 
 def test_make_generator():

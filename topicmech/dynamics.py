@@ -23,7 +23,7 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, top
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import check_positive_int, check_seeds, seed_everything
+from .utils import check_positive_int, check_seeds, parallel_map, seed_everything
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
@@ -604,36 +604,42 @@ class Sweep:
         return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
 
 
-def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool) -> Sweep:
+def _call_seeded(fn: Callable[..., Any], seed: int, params: Mapping[str, Any], reseed: bool = True) -> Any:
+    """``fn(seed=seed, **params)`` (``fn(seed)`` without params), after
+    :func:`topicmech.utils.seed_everything` when ``reseed``: one task of a sweep."""
+    if reseed:
+        seed_everything(seed)
+    return fn(seed=seed, **params) if params else fn(seed)
+
+
+def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool,
+           n_jobs: int | None) -> Sweep:
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
-    seed_list, records = check_seeds(seeds), []
-    for combo in itertools.product(*grid.values()):
-        params = dict(zip(grid, combo))
-        for seed in seed_list:
-            if reseed:
-                seed_everything(seed)
-            records.append({"seed": seed, **params, "result": fn(seed=seed, **params) if grid else fn(seed)})
-    return Sweep(records)
+    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in check_seeds(seeds)]
+    results = parallel_map(lambda t: _call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
+    return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
 
 
-def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True) -> Sweep:
+def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True,
+              n_jobs: int | None = None) -> Sweep:
     """Call ``fn(seed)`` once per seed; records ``{"seed": seed, "result": fn(seed)}`` in order.
 
     ``fn`` should pass ``seed`` to every random call; ``seeds``: distinct non-negative ints,
     or ``n`` for ``range(n)``; ``reseed`` also calls :func:`topicmech.utils.seed_everything`
-    before each call.
+    before each call; ``n_jobs`` processes run the calls (:func:`topicmech.utils.parallel_map`).
     """
-    return _sweep(fn, {}, seeds, reseed)
+    return _sweep(fn, {}, seeds, reseed, n_jobs)
 
 
 def run_grid(
     fn: Callable[..., Any], grid: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int = 1, *, reseed: bool = True,
+    n_jobs: int | None = None,
 ) -> Sweep:
     """Call ``fn(seed=seed, **params)`` for every combination of ``grid`` and every seed.
 
-    ``grid`` maps names to values, swept in the order given with seeds innermost; ``seeds``
-    and ``reseed`` as in :func:`run_seeds` (default: seed 0). Records: ``{"seed", **params, "result"}``.
+    ``grid`` maps names to values, swept in the order given with seeds innermost; ``seeds``,
+    ``reseed`` and ``n_jobs`` as in :func:`run_seeds` (default: seed 0). Records: ``{"seed", **params, "result"}``.
 
     Examples
     --------
@@ -646,4 +652,4 @@ def run_grid(
     axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in grid.items()}
     for k in [k for k, v in axes.items() if k in ("seed", "result") or not v]:
         raise ValueError(f"grid[{k!r}] = {grid[k]!r}: need a non-empty sequence and a key other than 'seed', 'result'")
-    return _sweep(fn, axes, seeds, reseed)
+    return _sweep(fn, axes, seeds, reseed, n_jobs)

@@ -17,11 +17,11 @@ import torch
 
 from . import stage1, theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel
-from .dynamics import Sweep, heldout_batch
+from .dynamics import Sweep, _call_seeded, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_choice, check_float, check_positive_int, check_seeds, seed_everything
+from .utils import check_choice, check_float, check_positive_int, check_seeds, parallel_map
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
@@ -428,12 +428,14 @@ def tidy(sweep: Sweep, keys: Sequence[str] | None = None) -> list[dict[str, Any]
 
 
 def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int, *,
-               base: Mapping[str, Any] | None = None, reseed: bool = True) -> list[dict[str, Any]]:
+               base: Mapping[str, Any] | None = None, reseed: bool = True,
+               n_jobs: int | None = None) -> list[dict[str, Any]]:
     """Vary one parameter at a time around ``base``, over several seeds; return tidy rows.
 
     Unlike :func:`topicmech.dynamics.run_grid` (the product of the axes), each axis of ``axes``
     (name to values) is swept with the others at ``base``; shared points run once. ``fn(seed=seed,
-    **params)`` returns a mapping; ``reseed`` calls :func:`topicmech.utils.seed_everything` first.
+    **params)`` returns a mapping; ``reseed`` calls :func:`topicmech.utils.seed_everything` first;
+    ``n_jobs`` processes run the distinct points (:func:`topicmech.utils.parallel_map`).
     Rows ``{"param", "value", "seed", <scalar results>}`` by axis, value, seed.
 
     Examples
@@ -453,22 +455,19 @@ def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable) or len(list(vals)) == 0:
             raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
     seed_list = check_seeds(seeds)
-    cache: dict[tuple, Mapping[str, Any]] = {}
+    points = [(axis, value, seed, {**base, axis: value}) for axis, vals in axes.items() for value in vals
+              for seed in seed_list]
+    keys = [(seed, tuple(sorted((k, repr(v)) for k, v in params.items()))) for _, _, seed, params in points]
+    tasks = {key: (seed, params) for key, (_, _, seed, params) in zip(keys, points)}   # shared points run once
+    results = dict(zip(tasks, parallel_map(lambda t: _call_seeded(fn, t[0], t[1], reseed), tasks.values(),
+                                           n_jobs=n_jobs)))
     rows = []
-    for axis, vals in axes.items():
-        for value in vals:
-            params = {**base, axis: value}
-            for seed in seed_list:
-                key = (seed, tuple(sorted((k, repr(v)) for k, v in params.items())))
-                if key not in cache:
-                    if reseed:
-                        seed_everything(seed)
-                    cache[key] = fn(seed=seed, **params)
-                    if not isinstance(cache[key], Mapping):
-                        raise ValueError(f"fn must return a mapping, got {type(cache[key]).__name__}")
-                row: dict[str, Any] = {"param": axis, "value": _plain(value), "seed": seed}
-                row.update({k: _plain(v) for k, v in cache[key].items() if _is_scalar(v) and k not in row})
-                rows.append(row)
+    for key, (axis, value, seed, _) in zip(keys, points):
+        if not isinstance(results[key], Mapping):
+            raise ValueError(f"fn must return a mapping, got {type(results[key]).__name__}")
+        row: dict[str, Any] = {"param": axis, "value": _plain(value), "seed": seed}
+        row.update({k: _plain(v) for k, v in results[key].items() if _is_scalar(v) and k not in row})
+        rows.append(row)
     return rows
 
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
-    "seed_everything", "setup_notebook", "make_generator", "default_device",
+    "seed_everything", "setup_notebook", "make_generator", "default_device", "default_jobs", "parallel_map",
 ]
 
 Mode = Literal["quick", "full"]
@@ -42,6 +42,42 @@ def is_full() -> bool:
 def default_device() -> torch.device:
     """CUDA in full mode when present, else the CPU."""
     return torch.device("cuda") if is_full() and torch.cuda.is_available() else torch.device("cpu")
+
+
+def default_jobs() -> int:
+    """Worker processes for sweeps: ``TOPICMECH_JOBS`` (a positive int) when set, else one per
+    available core, at most 4 (each worker imports torch: about 300 MiB)."""
+    raw = os.environ.get("TOPICMECH_JOBS", "").strip()
+    if not raw:
+        return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    try:
+        jobs = int(raw)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise ValueError(f"TOPICMECH_JOBS must be a positive integer, got {raw!r}")
+    return jobs
+
+
+def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int | None = None) -> list[Any]:
+    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib (default :func:`default_jobs`).
+
+    Each worker runs one torch thread and inherits ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``,
+    so a result that depends only on its item's seed is the same as in a serial run. One job, or
+    one item, runs in this process.
+    """
+    items = list(items)
+    n_jobs = default_jobs() if n_jobs is None else check_positive_int("n_jobs", n_jobs)
+    if n_jobs == 1 or len(items) < 2:
+        return [fn(x) for x in items]
+    from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
+
+    return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_one_thread)(fn, x) for x in items)
+
+
+def _one_thread(fn: Callable[[Any], Any], x: Any) -> Any:
+    torch.set_num_threads(1)
+    return fn(x)
 
 
 def seed_offset() -> int:
@@ -80,13 +116,19 @@ def numpy_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(shift_seed(seed))
 
 
-def seed_everything(seed: int, *, deterministic: bool = True) -> None:
-    """Seed Python, NumPy and torch with the shifted ``seed``; with ``deterministic``, also call
-    ``torch.use_deterministic_algorithms(True, warn_only=True)``."""
+def seed_everything(seed: int, *, deterministic: bool | None = None) -> None:
+    """Seed Python, NumPy and torch with the shifted ``seed``.
+
+    ``deterministic`` (default: only when CUDA is present) also calls
+    ``torch.use_deterministic_algorithms(True, warn_only=True)``. On the CPU with one thread every
+    kernel the package uses is already reproducible, and the call costs about 1 s (it imports
+    ``torch._inductor``) and fills every fresh tensor with NaN."""
     seed = shift_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+    if deterministic is None:
+        deterministic = torch.cuda.is_available()
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
