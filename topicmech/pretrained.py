@@ -416,6 +416,7 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
     return list(enc["input_ids"]), [None if w is None else order[w] for w in wids], list(spans.values())
 
 
+@functools.lru_cache(maxsize=8)
 def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
     """Ids the tokenizer puts before and after a single sequence (``[CLS]`` and ``[SEP]`` for BERT)."""
     body = list(tokenizer("topic", add_special_tokens=False)["input_ids"])
@@ -455,18 +456,22 @@ def _chunks(tokenizer: PreTrainedTokenizerBase, text: str, max_pieces: int) -> t
     if budget < 1:
         raise ValueError(f"max_pieces={max_pieces} leaves no room after the special tokens")
     ids, wids, spans = _encode_words(tokenizer, text)
-    groups: dict[int, list[int]] = {}                                        # piece positions of each word
-    for pos, w in enumerate(wids):
-        if w is not None:
-            groups.setdefault(w, []).append(pos)
-    chunks, cur = [], []
-    for g in groups.values():
-        if len(g) <= budget:
-            if len(cur) + len(g) > budget:
-                chunks.append(cur)
-                cur = []
-            cur += g
-    chunks += [cur] if cur else []
+    w = np.fromiter((-1 if x is None else x for x in wids), dtype=np.int64, count=len(wids))
+    pos = np.flatnonzero(w >= 0)
+    order = np.argsort(w[pos], kind="stable")                  # piece positions grouped by word, in order
+    pos, ws = pos[order], w[pos][order]
+    cut = np.flatnonzero(np.diff(ws)) + 1
+    starts, sizes = (np.r_[0, cut], np.diff(np.r_[0, cut, len(ws)])) if len(ws) else (np.zeros(0, int),) * 2
+    fits = sizes <= budget                                      # longer words are skipped
+    total = np.r_[0, np.cumsum(np.where(fits, sizes, 0))]      # pieces of the fitting words before each word
+    bounds, keep = np.r_[starts, len(ws)], np.repeat(fits, sizes)
+    chunks, i = [], 0
+    while i < len(sizes):                                      # greedy: as many whole words as fit
+        j = int(np.searchsorted(total, total[i] + budget, side="right")) - 1
+        piece = slice(bounds[i], bounds[j])
+        if keep[piece].any():
+            chunks.append(pos[piece][keep[piece]].tolist())
+        i = j
     return chunks, lambda c: _build(tokenizer, text, [ids[p] for p in c], [wids[p] for p in c], spans, template)
 
 
