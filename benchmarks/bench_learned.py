@@ -51,7 +51,7 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
 
     import topicmech as tm
     from topicmech import fast
-    from topicmech.train import make_optimizer, mlm_loss
+    from topicmech.train import mlm_loss
     from topicmech.utils import default_device
 
     torch.set_num_threads(threads)
@@ -83,8 +83,7 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
                 # of never-used entries into subnormal floats, which slows every CPU kernel down
                 model = fresh_model()
                 params = [p for p in model.parameters() if p.requires_grad]
-                opt = make_optimizer(params, "adam", s["lr"]) if path == "reference" else \
-                    fast.TorchOptimKernels(params, "adam", s["lr"])
+                opt = fast.TorchOptimKernels(params, "adam", s["lr"], fused=path == "fast")
                 for _ in range(n_steps):
                     if path == "fast":
                         loss = fast.selected_loss(model, inputs, targets, selected, s["loss"])

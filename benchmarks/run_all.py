@@ -30,6 +30,7 @@ BENCHMARKS = {
     "data": ("bench_data.py", [], ["--runs", "3", "--ref-docs", "100", "--docs", "4000"]),
     "theory": ("bench_theory.py", [], ["--runs", "3", "--dense-max", "1000"]),
     "scaling": ("bench_scaling.py", [], ["--runs", "2"]),
+    "chapters": ("bench_chapters.py", [], []),
 }
 
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import topicmech as tm
-import topicmech.train as train_mod
 from topicmech import fast
 from topicmech.train import mlm_loss
 
@@ -104,31 +103,30 @@ def test_learns_topic_blocks(lda):
 @pytest.mark.parametrize("name", ["adam", "sgd"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
-    """TorchOptimKernels updates exactly like torch.optim's SGD and fused Adam, and like the
-    default Adam of the reference loop (make_optimizer) up to the last bits."""
+    """TorchOptimKernels updates exactly like torch.optim's SGD and fused Adam, and with
+    fused=False (the general training path) exactly like the default Adam."""
     gen = torch.Generator().manual_seed(0)
     p1 = torch.nn.Parameter(torch.randn(7, 5, generator=gen, dtype=dtype))
-    p2 = torch.nn.Parameter(p1.detach().clone())
+    p2, p3, p4 = (torch.nn.Parameter(p1.detach().clone()) for _ in range(3))
     q1 = torch.nn.Parameter(torch.randn(3, generator=gen, dtype=dtype))     # a second tensor, sometimes no grad
     q2 = torch.nn.Parameter(q1.detach().clone())
     lr = 0.03 if name == "adam" else 0.3
     ref = torch.optim.Adam([p1, q1], lr=lr, fused=True) if name == "adam" else torch.optim.SGD([p1, q1], lr=lr)
     ours = fast.TorchOptimKernels([p2, q2], name, lr)
-    p3 = torch.nn.Parameter(p1.detach().clone())
-    default = train_mod.make_optimizer([p3], name, lr)
+    default = torch.optim.Adam([p3], lr=lr) if name == "adam" else torch.optim.SGD([p3], lr=lr)
+    ours_unfused = fast.TorchOptimKernels([p4], name, lr, fused=False)
     for step in range(25):
         g = torch.randn(7, 5, generator=gen, dtype=dtype)
         h = torch.randn(3, generator=gen, dtype=dtype)
         ref.zero_grad(set_to_none=True)
         ours.zero_grad()
-        p1.grad, p2.grad = g.clone(), g.clone()
+        p1.grad, p2.grad, p3.grad, p4.grad = g.clone(), g.clone(), g.clone(), g.clone()
         if step % 3:
             q1.grad, q2.grad = h.clone(), h.clone()
-        p3.grad = g.clone()
-        ref.step()
-        ours.step()
-        default.step()
+        for opt in (ref, ours, default, ours_unfused):
+            opt.step()
         assert torch.equal(p1.detach(), p2.detach()) and torch.equal(q1.detach(), q2.detach())
+        assert torch.equal(p3.detach(), p4.detach())
         torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=0.0)
 
 

@@ -9,7 +9,7 @@ import torch
 import topicmech.train as train_mod
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
-from topicmech.train import History, make_optimizer, mlm_loss, train
+from topicmech.train import History, mlm_loss, train
 
 TM = SimplifiedTopicModel(5, 4, 2)       # V = 20, D = 21
 D = TM.num_tokens
@@ -241,17 +241,6 @@ def test_unknown_optimizer_is_named_even_without_lr():
     """Regression: optimizer='adamw' with lr=None was reported as a bad lr (0.0)."""
     with pytest.raises(ValueError, match="optimizer"):
         train(OneLayerTransformer(D), TM, steps=1, doc_len=5, optimizer="adamw")
-
-
-def test_make_optimizer():
-    p = [torch.nn.Parameter(torch.zeros(2))]
-    sgd = make_optimizer(p, "sgd", 0.5)
-    assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["lr"] == 0.5
-    assert sgd.param_groups[0]["momentum"] == 0
-    adam = make_optimizer(p, "adam", 1e-3)
-    assert isinstance(adam, torch.optim.Adam) and adam.param_groups[0]["lr"] == 1e-3
-    with pytest.raises(ValueError, match="optimizer"):
-        make_optimizer(p, "rmsprop", 0.1)
 
 
 # ---- learning ------------------------------------------------------------------------------------

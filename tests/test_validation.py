@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import utils
+from topicmech import fast, utils
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check_docs
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
 from topicmech.probes import attention_by_relation, block_means, relation_masks, topic_contrasts
-from topicmech.train import History, make_optimizer, mlm_loss, train
+from topicmech.train import History, mlm_loss, train
 
 TM = SimplifiedTopicModel(2, 2, 2)           # V = 4, D = 5
 V, D = TM.vocab_size, TM.num_tokens
@@ -147,7 +147,7 @@ each("train(batch_size", lambda b: train_with(batch_size=b), "batch_size", (1.5,
 each("train(doc_len", lambda b: train_with(doc_len=b), "doc_len", (-4, None))
 each("train(probe_every", lambda b: train_with(probe_every=b), "probe_every", (0,))
 each("train(optimizer", lambda b: train_with(optimizer=b), "optimizer", ("adamw",))
-each("make_optimizer(optimizer", lambda b: lambda: make_optimizer([torch.nn.Parameter(torch.zeros(1))], b, 0.1),
+each("TorchOptimKernels(optimizer", lambda b: lambda: fast.TorchOptimKernels([torch.nn.Parameter(torch.zeros(1))], b, 0.1),
      "optimizer", ("SGD",))
 each("train(lr", lambda b: train_with(lr=b), "lr", (0.0, math.nan))
 each("train(l2", lambda b: train_with(l2=b), "l2", (-1e-3,))
@@ -198,7 +198,7 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 def test_the_case_list_covers_every_module():
     prefixes = ("SimplifiedTopicModel", "LDATopicModel", "sample", "bert_mask", "check_docs", "OneLayerTransformer",
                 "TwoLayerTransformer", "run_with_cache", "attention_pattern", "key_visibility", "freeze", "mlm_loss",
-                "train", "make_optimizer", "History", "block_means", "relation_masks", "attention_by_relation",
+                "train", "TorchOptimKernels", "History", "block_means", "relation_masks", "attention_by_relation",
                 "topic_contrasts", "seed_everything", "make_generator", "setup_notebook", "check_positive_int",
                 "check_probability", "check_masking")
     for prefix in prefixes:

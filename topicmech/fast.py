@@ -170,19 +170,21 @@ def uniform_loss(z: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, kind: LossKi
 
 
 class TorchOptimKernels:
-    """Plain SGD or Adam (default betas, eps) for the fast paths, by ``torch.optim``'s functional kernels.
+    """Plain SGD or Adam (default betas, eps) by ``torch.optim``'s functional kernels.
 
-    The arithmetic is ``torch.optim.SGD``'s and ``torch.optim.Adam(fused=True)``'s (equal to the
-    default Adam to the last bits); only the state is kept here, because constructing a
-    ``torch.optim`` class imports ``torch._dynamo`` (about 1.5 s of CPU and 60-80 MiB in a fresh
-    process), which would make the demonstration run about 1.5 times slower.
+    The arithmetic is ``torch.optim.SGD``'s and ``torch.optim.Adam(fused=True)``'s, or with
+    ``fused=False`` the default ``torch.optim.Adam``'s on the CPU, bit for bit; only the state is
+    kept here, because constructing a ``torch.optim`` class imports ``torch._dynamo`` (about
+    1.5 s of CPU and 60-80 MiB in a fresh process), which would make the demonstration run
+    about 1.5 times slower. ``fused`` (default: wherever the parameters allow) picks the kernel.
     """
 
-    def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float) -> None:
+    def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float, *, fused: bool | None = None) -> None:
         self.params, self.optimizer, self.lr = list(params), optimizer, float(lr)
         if optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-        self.fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+        can_fuse = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+        self.fused = can_fuse if fused is None else bool(fused) and can_fuse
         self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         # torch.optim.Adam's step counters: float32 on the parameter's device when fused

@@ -17,7 +17,7 @@ from torch import nn
 from .data import TopicModel, _corrupt, check_docs
 from .utils import check_choice, check_float, check_masking, check_positive_int, make_generator
 
-__all__ = ["History", "mlm_loss", "train", "make_optimizer"]
+__all__ = ["History", "mlm_loss", "train"]
 
 LossKind = Literal["squared", "cross_entropy"]
 _LOSSES = ("squared", "cross_entropy")
@@ -79,13 +79,6 @@ def _mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tenso
     if kind == "squared":  # ||f - e_y||^2 = ||f||^2 - 2 f_y + 1
         return (f.pow(2).sum(-1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).mean()
     return F.cross_entropy(f, y)
-
-
-def make_optimizer(params: list[nn.Parameter], optimizer: str, lr: float) -> torch.optim.Optimizer:
-    """``torch.optim.SGD`` (plain, no momentum) or ``torch.optim.Adam`` for ``"sgd"`` or ``"adam"``."""
-    if check_choice("optimizer", optimizer, ("sgd", "adam")) == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    return torch.optim.Adam(params, lr=lr)
 
 
 def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], step: int) -> None:
@@ -192,8 +185,9 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (everything is frozen)")
-    # the fast paths run torch.optim's kernels without its classes (see fast.TorchOptimKernels)
-    opt = make_optimizer(params, optimizer, lr) if route is None else fast.TorchOptimKernels(params, optimizer, lr)
+    # torch.optim's kernels without its classes (see fast.TorchOptimKernels); the general path keeps
+    # the default (unfused) Adam's arithmetic
+    opt = fast.TorchOptimKernels(params, optimizer, lr, fused=None if route is not None else False)
     probes = dict(probes or {})
     probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
     gen, device = make_generator(seed), params[0].device

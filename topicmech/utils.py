@@ -60,14 +60,19 @@ def default_jobs() -> int:
 
 
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int | None = None) -> list[Any]:
-    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib (default :func:`default_jobs`).
+    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib.
 
-    Each worker runs one torch thread and inherits ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``,
-    so a result that depends only on its item's seed is the same as in a serial run. One job, or
-    one item, runs in this process.
+    Default ``n_jobs``: :func:`default_jobs`, but a sweep of fewer than four items per worker runs
+    in this process: starting the workers costs about 3 s (each imports torch), more than a short
+    sweep saves. Each worker runs one torch thread and inherits ``TOPICMECH_MODE`` and
+    ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's seed is the same as in
+    a serial run.
     """
     items = list(items)
-    n_jobs = default_jobs() if n_jobs is None else check_positive_int("n_jobs", n_jobs)
+    if n_jobs is None:
+        n_jobs = default_jobs()
+        n_jobs = n_jobs if len(items) >= 4 * n_jobs else 1
+    n_jobs = check_positive_int("n_jobs", n_jobs)
     if n_jobs == 1 or len(items) < 2:
         return [fn(x) for x in items]
     from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
