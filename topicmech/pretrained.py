@@ -99,7 +99,17 @@ def lda_tokenize(text: str, *, min_len: int = 3, max_len: int = 15) -> list[str]
     stop words (:func:`align_words` normalises whole words the same way)."""
     from gensim.parsing.preprocessing import STOPWORDS
     from gensim.utils import tokenize
-    return [w for w in tokenize(text, lowercase=True, deacc=True) if min_len <= len(w) <= max_len and w not in STOPWORDS]
+    text = _deaccent(text.lower())     # what tokenize(lowercase=True, deacc=True) does, faster
+    return [w for w in tokenize(text) if min_len <= len(w) <= max_len and w not in STOPWORDS]
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _deaccent(text: str) -> str:
+    """gensim's ``deaccent``, applied only to the runs of non-ASCII characters (ASCII has no accents)."""
+    from gensim.utils import deaccent
+    return _NON_ASCII.sub(lambda m: deaccent(m.group()), text)
 
 
 def _data_file(path: str | os.PathLike | None, default: str, what: str) -> Path:
@@ -430,7 +440,6 @@ def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], li
 def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: list[int | None], spans: list,
            template: tuple[list[int], list[int]]) -> WordAlignment:
     """The :class:`WordAlignment` of the pieces ``ids`` of ``text`` (words normalised here, only those used)."""
-    from gensim.utils import deaccent
     local = sorted({w for w in wids if w is not None})
     remap = {w: i for i, w in enumerate(local)}
     prefix, suffix = template
@@ -438,7 +447,7 @@ def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: 
     index = [-1] * len(prefix) + [-1 if w is None else remap[w] for w in wids] + [-1] * len(suffix)
     return WordAlignment(np.asarray(full, dtype=np.int64), tuple(tokenizer.convert_ids_to_tokens(full)),
                          np.asarray(index, dtype=np.int64),
-                         tuple(deaccent(text[spans[w][0]:spans[w][1]].lower()) for w in local))
+                         tuple(_deaccent(text[spans[w][0]:spans[w][1]].lower()) for w in local))
 
 
 def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> WordAlignment:
