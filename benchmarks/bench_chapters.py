@@ -2,11 +2,13 @@
 
     python benchmarks/bench_chapters.py                  # every chapter, about 5 min on 2 cores
     python benchmarks/bench_chapters.py --only 06_two_stages 07_beyond
+    TOPICMECH_MODE=full python benchmarks/bench_chapters.py --only 05_attention 06_two_stages 07_beyond
 
 Each page runs in a fresh Jupyter kernel (as the book build runs it), from ``book/`` so
 relative paths resolve. The time of a page is the wall time from starting its kernel to
 its last cell; the slowest cells are kept with their first line, so the performance page
-can say where each chapter's time goes. Results go to ``benchmarks/results/chapters.json``.
+can say where each chapter's time goes. Results go to ``benchmarks/results/chapters.json``
+(``chapters_full.json`` in full mode).
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ def main() -> int:
               f"{r['slowest'][0]['s']:.1f} s: {r['slowest'][0]['first_line'][:60]})", flush=True)
     total = sum(r["wall_s"] for r in results)
     print(f"total {total:.1f} s over {len(results)} pages", flush=True)
-    C.write_results("chapters", {"machine": info, "jobs": os.environ.get("TOPICMECH_JOBS", "default"),
-                                "total_s": total, "pages": results})
+    name = "chapters_full" if info["mode"] == "full" else "chapters"
+    C.write_results(name, {"machine": info, "jobs": os.environ.get("TOPICMECH_JOBS", "default"), "total_s": total,
+                           "pages": results})
     return 0
 
 
