@@ -23,7 +23,7 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, top
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import check_positive_int, check_seeds, parallel_map, seed_everything
+from .utils import call_seeded, check_positive_int, check_seeds, parallel_map
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
@@ -604,20 +604,12 @@ class Sweep:
         return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
 
 
-def _call_seeded(fn: Callable[..., Any], seed: int, params: Mapping[str, Any], reseed: bool = True) -> Any:
-    """``fn(seed=seed, **params)`` (``fn(seed)`` without params), after
-    :func:`topicmech.utils.seed_everything` when ``reseed``: one task of a sweep."""
-    if reseed:
-        seed_everything(seed)
-    return fn(seed=seed, **params) if params else fn(seed)
-
-
 def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool,
            n_jobs: int | None) -> Sweep:
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in check_seeds(seeds)]
-    results = parallel_map(lambda t: _call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
+    results = parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
     return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
 
 

@@ -17,11 +17,11 @@ import torch
 
 from . import stage1, theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel
-from .dynamics import Sweep, _call_seeded, heldout_batch
+from .dynamics import Sweep, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .train import train
-from .utils import check_choice, check_float, check_positive_int, check_seeds, parallel_map
+from .utils import call_seeded, check_choice, check_float, check_positive_int, check_seeds, parallel_map
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
@@ -459,7 +459,7 @@ def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence
               for seed in seed_list]
     keys = [(seed, tuple(sorted((k, repr(v)) for k, v in params.items()))) for _, _, seed, params in points]
     tasks = {key: (seed, params) for key, (_, _, seed, params) in zip(keys, points)}   # shared points run once
-    results = dict(zip(tasks, parallel_map(lambda t: _call_seeded(fn, t[0], t[1], reseed), tasks.values(),
+    results = dict(zip(tasks, parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks.values(),
                                            n_jobs=n_jobs)))
     rows = []
     for key, (axis, value, seed, _) in zip(keys, points):

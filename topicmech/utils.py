@@ -17,6 +17,7 @@ import torch
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
     "seed_everything", "setup_notebook", "make_generator", "default_device", "default_jobs", "parallel_map",
+    "call_seeded",
 ]
 
 Mode = Literal["quick", "full"]
@@ -78,6 +79,14 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
     from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
 
     return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_one_thread)(fn, x) for x in items)
+
+
+def call_seeded(fn: Callable[..., Any], seed: int, params: dict[str, Any], reseed: bool = True) -> Any:
+    """One run of a sweep: ``fn(seed=seed, **params)`` (``fn(seed)`` when ``params`` is empty),
+    after :func:`seed_everything` when ``reseed``."""
+    if reseed:
+        seed_everything(seed)
+    return fn(seed=seed, **params) if params else fn(seed)
 
 
 def _one_thread(fn: Callable[[Any], Any], x: Any) -> Any:
