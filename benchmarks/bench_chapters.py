@@ -14,6 +14,7 @@ can say where each chapter's time goes. Results go to ``benchmarks/results/chapt
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -81,8 +82,11 @@ def main() -> int:
     total = sum(r["wall_s"] for r in results)
     print(f"total {total:.1f} s over {len(results)} pages", flush=True)
     name = "chapters_full" if info["mode"] == "full" else "chapters"
-    C.write_results(name, {"machine": info, "jobs": os.environ.get("TOPICMECH_JOBS", "default"), "total_s": total,
-                           "pages": results})
+    if args.only and (C.RESULTS / f"{name}.json").exists():        # keep the stored pages not rerun
+        kept = [r for r in json.loads((C.RESULTS / f"{name}.json").read_text())["pages"] if r["page"] not in args.only]
+        results = sorted(kept + results, key=lambda r: r["page"])
+    C.write_results(name, {"machine": info, "jobs": os.environ.get("TOPICMECH_JOBS", "default"),
+                           "total_s": sum(r["wall_s"] for r in results), "pages": results})
     return 0
 
 

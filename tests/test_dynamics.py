@@ -20,7 +20,7 @@ import torch
 from topicmech import dynamics, theory
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer
-from topicmech.train import History, mlm_loss, train
+from topicmech.train import History, mlm_loss
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
@@ -311,12 +311,14 @@ def test_run_grid_in_two_processes_matches_one():
     """Results depend only on the seed and the parameters, so two processes give the serial sweep."""
     def fn(seed, lr):
         model = OneLayerTransformer(7, attention="learned", value="learned", seed=seed)
-        hist = train(model, SimplifiedTopicModel(3, 2, 1), steps=5, batch_size=8, doc_len=6, lr=lr, seed=seed)
+        hist = train_model(model, SimplifiedTopicModel(3, 2, 1), steps=5, batch_size=8, doc_len=6, lr=lr, seed=seed)
         return hist.loss + [float(torch.rand(1))]          # the global torch RNG is reseeded too
 
     grid = {"lr": [0.1, 0.2]}
     one, two = (dynamics.run_grid(fn, grid, seeds=[0, 3], n_jobs=n) for n in (1, 2))
     assert [r["seed"] for r in two.records] == [0, 3, 0, 3]
+    gen = dynamics.run_grid(lambda seed, n: n + seed, {"n": [1, 2]}, seeds=(s for s in [0, 3]))  # read once
+    assert [r["result"] for r in gen.records] == [1, 4, 2, 5]
     assert [r["result"] for r in two.records] == [r["result"] for r in one.records]
 
 

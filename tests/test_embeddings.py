@@ -97,7 +97,7 @@ def test_train_in_phases_concatenates_and_validates():
     m2 = te.embedding_model(D, 5, seed=0)
     te.train_in_phases(m2, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0)
     assert torch.equal(m.W_E, m2.W_E)
-    for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)]):
+    for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)], [(5, "0.01")], [(5, True)]):
         with pytest.raises(ValueError, match="phases"):
             te.train_in_phases(m, data, doc_len=N, phases=bad)
     with pytest.raises(ValueError, match="seed"):

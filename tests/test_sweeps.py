@@ -1,8 +1,8 @@
 """Unit tests for :mod:`topicmech.sweeps` and multi-seed checks of chapter 7's claims.
 
 Chapter 7 (*Beyond the assumptions*) asserts its claims on 3 seeds; the tests marked
-``slow`` below re-check every one of them on 5 seeds, with the chapter's settings and
-margins:
+``slow`` below re-check every one of them on 5 seeds (10 with ``TOPICMECH_MODE=full``), with
+the chapter's quick-mode settings and margins:
 
 * uniform attention: T=8, v=4, tau=2, N=32, hidden keys, one-hot embeddings, identity
   head, 250 steps of 128 documents at the base rate then 125 at a tenth (squared loss;
@@ -46,7 +46,7 @@ import torch
 import topicmech as tm
 from topicmech import dynamics, stage2, sweeps, theory
 
-SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # the chapter's claims: 10 seeds in full mode
+SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
 U_TRAIN = {"squared": dict(steps=250, anneal_steps=125), "cross_entropy": dict(steps=400, anneal_steps=200)}
 LR = {"sgd": 10.0, "adam": 1e-2}                   # the chapter's explicit learning rates
@@ -343,6 +343,7 @@ def test_sweep_axes_in_two_processes_matches_one():
 
     one = sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=1)
     assert sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=2) == one
+    assert sweeps.sweep_axes(fn, {"a": (a for a in [0, 1])}, seeds=[0, 1], n_jobs=1) == one   # an axis read once
 
 
 # ----------------------------------------------------------------------------------------

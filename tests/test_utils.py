@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import numpy as np
@@ -53,8 +54,8 @@ def test_seed_everything_deterministic_flag(restore_torch_globals):
     torch.use_deterministic_algorithms(False)
     seed_everything(0, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
-    seed_everything(0)  # default: deterministic kernels only where CUDA is present
-    assert torch.are_deterministic_algorithms_enabled() == torch.cuda.is_available()
+    seed_everything(0)  # default: deterministic kernels only where the models run on CUDA
+    assert torch.are_deterministic_algorithms_enabled() == (default_device().type == "cuda")
     seed_everything(0, deterministic=True)
     assert torch.are_deterministic_algorithms_enabled()
 
@@ -72,6 +73,16 @@ def test_parallel_map_matches_a_list_comprehension(monkeypatch):
     assert parallel_map(lambda x: x * x, items, n_jobs=2) == [9, 1, 4]
     assert parallel_map(lambda x: x * x, items, n_jobs=1) == [9, 1, 4]
     assert parallel_map(lambda x: torch.get_num_threads(), items, n_jobs=2) == [1, 1, 1]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:                                                       # the worker's wrapper itself sets one thread
+        assert utils._in_worker(lambda x: torch.get_num_threads(), 0, {}) == 1
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "7")           # reused workers see the caller's current offset
+    assert parallel_map(lambda x: (os.environ["TOPICMECH_SEED_OFFSET"], utils.shift_seed(x)), [0, 1], n_jobs=2) \
+        == [("7", utils.shift_seed(0)), ("7", utils.shift_seed(1))]
+    monkeypatch.delenv("TOPICMECH_SEED_OFFSET")
     monkeypatch.setenv("TOPICMECH_JOBS", "3")
     assert default_jobs() == 3
     monkeypatch.delenv("TOPICMECH_JOBS")

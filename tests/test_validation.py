@@ -143,6 +143,7 @@ add("mlm_loss(targets float)", lambda: mlm_loss(LOGITS, DOCS.float(), SEL), "tar
 add("mlm_loss(targets wrong shape)", lambda: mlm_loss(LOGITS, DOCS[:, :3], SEL), "targets")
 add("mlm_loss(targets id = D)", lambda: mlm_loss(LOGITS, torch.full((2, 4), D), SEL), "targets")
 each("train(steps", lambda b: train_with(steps=b), "steps", (0,))
+each("train(data", lambda b: train_with(data=b, doc_len=None), "data", (torch.zeros(2, 0, dtype=torch.long),))
 each("train(batch_size", lambda b: train_with(batch_size=b), "batch_size", (1.5,))
 each("train(doc_len", lambda b: train_with(doc_len=b), "doc_len", (-4, None))
 each("train(probe_every", lambda b: train_with(probe_every=b), "probe_every", (0,))

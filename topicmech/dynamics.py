@@ -230,7 +230,7 @@ def closing_step(steps: _Trace, values: _Trace, fraction: float = 0.9, target: f
     """First step at which a shrinking trace (e.g. ``"value_gap"``) has closed ``fraction`` of its gap to ``target``.
 
     The threshold is ``target + (1 - fraction) * (values[0] - target)``, ``0 < fraction <= 1``
-    (``steps[0]`` if the trace starts below it). ``target`` defaults to ``min(values)``, the
+    (``steps[0]`` if the trace starts at or below it). ``target`` defaults to ``min(values)``, the
     plateau actually reached (under SGD noise the gap never reaches 0); the minimum makes the
     step conservative (late).
     """
@@ -608,7 +608,8 @@ def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int
            n_jobs: int | None) -> Sweep:
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
-    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in check_seeds(seeds)]
+    seed_list = check_seeds(seeds)
+    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in seed_list]
     results = parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
     return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
 

@@ -79,6 +79,7 @@ def _check_phases(name: str, phases: object, lr_first: bool = False) -> tuple[tu
     except (TypeError, ValueError):
         raise bad from None
     if not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s, _ in pairs) \
+            or any(isinstance(lr, (bool, str, bytes)) for _, lr in pairs) \
             or any(s < 1 or not (math.isfinite(lr) and lr > 0) for s, lr in out):
         raise bad
     return out
@@ -351,7 +352,8 @@ def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words
     T = check_positive_int("num_topics", num_topics)
     V, v = _check_words(G.shape[0], words_per_topic)
     if T < 2 or V != T * v:
-        raise ValueError(f"need num_topics >= 2 and num_topics * words_per_topic = {V} word columns, got {T}, {v}")
+        raise ValueError(f"need num_topics >= 2 and num_topics * words_per_topic equal to the {V} word columns, "
+                         f"got num_topics={T}, words_per_topic={v}")
     Gw = G[:V, :V]
     topic = np.arange(V) // v
     same = topic[:, None] == topic[None, :]

@@ -176,20 +176,20 @@ class TorchOptimKernels:
     ``fused=False`` the default ``torch.optim.Adam``'s on the CPU, bit for bit; only the state is
     kept here, because constructing a ``torch.optim`` class imports ``torch._dynamo`` (about
     1.5 s of CPU and 60-80 MiB in a fresh process), which would make the demonstration run
-    about 1.5 times slower. ``fused`` (default: wherever the parameters allow) picks the kernel.
+    about 1.5 times slower. ``fused`` picks Adam's kernel: the fused one wherever the parameters
+    allow it (floating point, CPU or CUDA) unless ``fused=False``.
     """
 
     def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float, *, fused: bool | None = None) -> None:
-        self.params, self.optimizer, self.lr = list(params), optimizer, float(lr)
-        if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+        self.params, self.optimizer, self.lr = list(params), check_choice("optimizer", optimizer, ("sgd", "adam")), float(lr)
         can_fuse = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
-        self.fused = can_fuse if fused is None else bool(fused) and can_fuse
-        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.fused = can_fuse and fused is not False
+        adam = optimizer == "adam"                          # SGD keeps no state
+        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params if adam]
+        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params if adam]
         # torch.optim.Adam's step counters: float32 on the parameter's device when fused
         self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) if self.fused
-                      else torch.tensor(0.0, dtype=torch.get_default_dtype()) for p in self.params]
+                      else torch.tensor(0.0, dtype=torch.get_default_dtype()) for p in self.params if adam]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every gradient to None."""

@@ -840,16 +840,16 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     sels = [np.flatnonzero((c.word_index >= 0) & w[c.word_index]) for (_, c), w in zip(chunks, words)]
     key = (id(model), tuple(p._version for p in model.parameters()), batch_size,
            tuple(c.input_ids.tobytes() for _, c in chunks))
-    hit = cache.get(key) if cache is not None else None
-    if hit is not None and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
-        return hit
+    hit = cache.get(key) if cache is not None else None     # the entry holds its model: an id is not reused
+    if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
+        return hit[0], hit[1]
     atts: list[torch.Tensor] = []
     for batch, out in _attentions(model, tokenizer, chunks, batch_size):
         for i, s in enumerate(sels[len(atts):len(atts) + len(batch)]):
             ix = torch.as_tensor(s)
             atts.append(torch.stack([a[i][:, ix[:, None], ix] for a in out]))
     if cache is not None:
-        cache[key] = (atts, sels)
+        cache[key] = (atts, sels, model)
     return atts, sels
 
 
@@ -978,9 +978,11 @@ def authors_metric(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, c
     for name, wt in sel.items():
         ov, f, n_selected, kept, ids = meta[name]
         er = {"cosine_ratio": float("nan"), "dot_ratio": float("nan")}
-        with torch.no_grad(), contextlib.suppress(ValueError):                 # NaN when a relation has no pair
-            X = table[ids] if table is not None else model.embeddings(input_ids=torch.as_tensor(ids)[:, None])[:, 0]
-            er = embedding_ratios(X, wt.membership(kept))
+        if len(kept) >= 2:                                                      # else no pair: NaN
+            with torch.no_grad():
+                X = table[ids] if table is not None else model.embeddings(input_ids=torch.as_tensor(ids)[:, None])[:, 0]
+            with contextlib.suppress(ValueError):                               # NaN when a relation has no pair
+                er = embedding_ratios(X, wt.membership(kept))
         ss, sd, ns, nd = att[name]
         rows.append({"overlap": ov, "fraction": f, "words_per_topic": top_fraction_count(f, len(topic_model.vocabulary)),
                      "words": n_selected, "single_piece_words": len(kept), "cosine_ratio": er["cosine_ratio"],

@@ -21,7 +21,7 @@ from .data import TopicModel
 from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
 from .theory import ValueBlocks, orbit_means, sigma_eigenvalues
-from .utils import check_masking, check_positive_int
+from .utils import check_float, check_masking, check_positive_int
 
 __all__ = [
     "SQUARED_SCHEDULE", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
@@ -133,8 +133,7 @@ def default_schedule(
     _check_loss(loss)
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not 0.0 < tol < 1.0:
         raise ValueError(f"tol must be a float in (0, 1), got {tol!r}")
-    if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not (math.isfinite(l2) and l2 >= 0):
-        raise ValueError(f"l2 must be a finite float >= 0, got {l2!r}")
+    l2 = check_float("l2", l2, positive=False)
     lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
                                    keep_prob=keep_prob, random_prob=random_prob)
     lam_min, lam_max = lam_min + l2, lam_max + l2

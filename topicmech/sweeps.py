@@ -449,10 +449,11 @@ def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence
     if not isinstance(axes, Mapping) or not axes:
         raise ValueError(f"axes must be a non-empty mapping of parameter names to values, got {axes!r}")
     base = dict(base or {})
+    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in axes.items()}
     for k, vals in axes.items():
         if k in ("seed", "param", "value"):
             raise ValueError(f"axis names must not be 'seed', 'param' or 'value', got {k!r}")
-        if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable) or len(list(vals)) == 0:
+        if not vals:
             raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
     seed_list = check_seeds(seeds)
     points = [(axis, value, seed, {**base, axis: value}) for axis, vals in axes.items() for value in vals

@@ -829,8 +829,9 @@ def lda_moments(num_topics: int, words_per_topic: int, alpha: float, doc_len: in
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact ``Sigma = E[xbar xbar^T]`` and ``C = E[y xbar^T]`` (shape (D, D)) for LDA documents.
 
-    The moments are affine in ``1 / tau_eff`` (:func:`lda_effective_topics`), so they are
-    interpolated exactly between :func:`topicmech.theory.moments` at ``tau = 1`` and ``tau = 2``.
+    The moments are affine in ``1 / tau_eff`` (:func:`lda_effective_topics`), so they are the
+    affine combination (exact; an extrapolation when ``tau_eff > 2``) of
+    :func:`topicmech.theory.moments` at ``tau = 1`` and ``tau = 2``.
     Arguments as in :func:`topicmech.theory.moments`, with the concentration ``alpha`` (> 0)
     for ``topics_per_doc`` and ``num_topics >= 2``.
     """

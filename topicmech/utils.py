@@ -50,7 +50,9 @@ def default_jobs() -> int:
     available core, at most 4 (each worker imports torch: about 300 MiB)."""
     raw = os.environ.get("TOPICMECH_JOBS", "").strip()
     if not raw:
-        return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+        from joblib import cpu_count  # the cores this process may use (affinity and container limits)
+
+        return max(1, min(4, cpu_count()))
     try:
         jobs = int(raw)
     except ValueError:
@@ -63,22 +65,25 @@ def default_jobs() -> int:
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int | None = None) -> list[Any]:
     """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib.
 
-    Default ``n_jobs``: :func:`default_jobs`, but a sweep of fewer than four items per worker runs
-    in this process: starting the workers costs about 3 s (each imports torch), more than a short
-    sweep saves. Each worker runs one torch thread and inherits ``TOPICMECH_MODE`` and
-    ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's seed is the same as in
-    a serial run.
+    Default ``n_jobs``: :func:`default_jobs`, but at most one worker per four items (none for
+    fewer than eight items on two cores): starting the workers costs about 3 s (each imports
+    torch), more than a short sweep saves. Each worker runs one torch thread with this process's
+    ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's
+    seed is the same as in a serial run.
     """
     items = list(items)
     if n_jobs is None:
-        n_jobs = default_jobs()
-        n_jobs = n_jobs if len(items) >= 4 * n_jobs else 1
+        n_jobs = max(1, min(default_jobs(), len(items) // 4))
     n_jobs = check_positive_int("n_jobs", n_jobs)
     if n_jobs == 1 or len(items) < 2:
         return [fn(x) for x in items]
     from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
 
-    return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_one_thread)(fn, x) for x in items)
+    env = {k: os.environ.get(k) for k in _WORKER_ENV}   # workers are reused: pass the current values
+    return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_in_worker)(fn, x, env) for x in items)
+
+
+_WORKER_ENV = ("TOPICMECH_MODE", "TOPICMECH_SEED_OFFSET")
 
 
 def call_seeded(fn: Callable[..., Any], seed: int, params: dict[str, Any], reseed: bool = True) -> Any:
@@ -89,7 +94,13 @@ def call_seeded(fn: Callable[..., Any], seed: int, params: dict[str, Any], resee
     return fn(seed=seed, **params) if params else fn(seed)
 
 
-def _one_thread(fn: Callable[[Any], Any], x: Any) -> Any:
+def _in_worker(fn: Callable[[Any], Any], x: Any, env: dict[str, str | None]) -> Any:
+    """``fn(x)`` in a worker process: one torch thread, the caller's run mode and seed offset."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     torch.set_num_threads(1)
     return fn(x)
 
@@ -133,7 +144,7 @@ def numpy_rng(seed: int) -> np.random.Generator:
 def seed_everything(seed: int, *, deterministic: bool | None = None) -> None:
     """Seed Python, NumPy and torch with the shifted ``seed``.
 
-    ``deterministic`` (default: only when CUDA is present) also calls
+    ``deterministic`` (default: only when :func:`default_device` is CUDA) also calls
     ``torch.use_deterministic_algorithms(True, warn_only=True)``. On the CPU with one thread every
     kernel the package uses is already reproducible, and the call costs about 1 s (it imports
     ``torch._inductor``) and fills every fresh tensor with NaN."""
@@ -142,7 +153,7 @@ def seed_everything(seed: int, *, deterministic: bool | None = None) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if deterministic is None:
-        deterministic = torch.cuda.is_available()
+        deterministic = default_device().type == "cuda"
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
