@@ -70,6 +70,16 @@ def test_single_piece_words(tok):
     assert tok.convert_ids_to_tokens(ids.tolist()) == ["is", "governed"]
 
 
+def test_single_piece_words_cache_follows_the_tokenizer():
+    fresh = tp.load_tokenizer(tp.bundled_model_path())
+    words = ["is", "qwxzv", "is", ""]                           # repeats and an empty string
+    assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]
+    assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]      # answered from the cache
+    fresh.add_tokens(["qwxzv"])                                  # a new piece: the cache is rebuilt
+    kept, ids = tp.single_piece_words(fresh, words)
+    assert kept == ["is", "qwxzv", "is"] and ids[1] == len(fresh) - 1
+
+
 # ---------------------------------------------------------------- embeddings
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -418,12 +419,21 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
         raise ValueError("align_words needs a fast tokenizer (it uses word_ids())")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     wids = enc.word_ids()
-    spans: dict[int, list[int]] = {}
-    for (s, e), w in zip(enc["offset_mapping"], wids):
-        if w is not None:
-            spans.setdefault(w, [s, e])[1] = e
-    order = {w: i for i, w in enumerate(spans)}
-    return list(enc["input_ids"]), [None if w is None else order[w] for w in wids], list(spans.values())
+    w = np.fromiter((-1 if x is None else x for x in wids), dtype=np.int64, count=len(wids))
+    pos = np.flatnonzero(w >= 0)
+    if not len(pos):
+        return list(enc["input_ids"]), [None] * len(wids), []
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    _, first, inverse = np.unique(w[pos], return_index=True, return_inverse=True)
+    last = np.zeros(len(first), dtype=np.int64)
+    last[inverse] = np.arange(len(pos))                        # the last piece of each word wins
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))   # words numbered by first appearance
+    spans = np.empty((len(first), 2), dtype=np.int64)
+    spans[rank, 0], spans[rank, 1] = offsets[pos[first], 0], offsets[pos[last], 1]
+    renumbered = np.full(len(wids), None, dtype=object)
+    renumbered[pos] = rank[inverse].tolist()                  # plain ints, None for special tokens
+    return list(enc["input_ids"]), renumbered.tolist(), spans.tolist()
 
 
 @functools.lru_cache(maxsize=8)
@@ -491,11 +501,23 @@ def chunk_text(tokenizer: PreTrainedTokenizerBase, text: str, *, max_pieces: int
     return [build(c) for c in chunks]
 
 
+_SINGLE_PIECE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> (size, {word: piece id or None})
+
+
 def single_piece_words(tokenizer: PreTrainedTokenizerBase, words: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """The words the tokenizer encodes as one known piece, and those pieces' ids."""
+    """The words the tokenizer encodes as one known piece, and those pieces' ids (each word is
+    encoded once per tokenizer: the chapters ask about the same vocabulary many times)."""
     words = list(words)
-    enc = tokenizer(words, add_special_tokens=False)["input_ids"] if words else []
-    kept = [(w, e[0]) for w, e in zip(words, enc) if len(e) == 1 and e[0] != tokenizer.unk_token_id]
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    cached_size, known = _SINGLE_PIECE.get(tokenizer, (None, None))
+    if known is None or cached_size != size:                   # new, or pieces were added since
+        known = {}
+        _SINGLE_PIECE[tokenizer] = (size, known)
+    new = [w for w in dict.fromkeys(words) if w not in known]
+    if new:
+        for w, e in zip(new, tokenizer(new, add_special_tokens=False)["input_ids"]):
+            known[w] = e[0] if len(e) == 1 and e[0] != tokenizer.unk_token_id else None
+    kept = [(w, known[w]) for w in words if known[w] is not None]
     return [w for w, _ in kept], np.asarray([i for _, i in kept], dtype=np.int64)
 
 

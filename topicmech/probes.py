@@ -115,5 +115,8 @@ def attention_by_relation(
     eye = torch.eye(N, dtype=torch.bool)[None]
     same_tok = tok[:, :, None] == tok[:, None, :]
     same_top = topic[:, :, None] == topic[:, None, :]
-    masks = (pair & eye, pair & same_tok & ~eye, pair & same_top & ~same_tok, pair & ~same_top)
-    return AttentionByRelation(*(float(pattern[m].mean()) * N if m.any() else float("nan") for m in masks))
+    masks = torch.stack((pair & eye, pair & same_tok & ~eye, pair & same_top & ~same_tok, pair & ~same_top))
+    masks = masks.flatten(1).to(torch.float64)                                 # (4 relations, B * N * N)
+    sums, counts = masks @ pattern.detach().flatten().to(torch.float64), masks.sum(1)
+    means = torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan) * N
+    return AttentionByRelation(*means.tolist())

@@ -62,8 +62,11 @@ def authors_attention_categories(pattern: torch.Tensor, inputs: torch.Tensor,
     pair = is_word[:, :, None] & is_word[:, None, :]                            # (B, query, key)
     same_tok = tok[:, :, None] == tok[:, None, :]
     same_top = topic[:, :, None] == topic[:, None, :]
-    masks = (pair & same_tok, pair & same_top & ~same_tok, pair & ~same_top)
-    return {name: float(pattern[m].mean()) if bool(m.any()) else float("nan") for name, m in zip(RELATIONS, masks)}
+    masks = torch.stack((pair & same_tok, pair & same_top & ~same_tok, pair & ~same_top))
+    masks = masks.flatten(1).to(torch.float64)                                 # (3 categories, B * N * N)
+    sums, counts = masks @ pattern.detach().flatten().to(torch.float64), masks.sum(1)
+    means = torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan)
+    return dict(zip(RELATIONS, means.tolist()))
 
 
 @dataclass

@@ -5,6 +5,7 @@ Every chapter's first code cell calls :func:`setup_notebook`.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -165,7 +166,11 @@ def make_generator(seed: int | torch.Generator) -> torch.Generator:
 
 def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
     """Set ``threads`` torch threads (one by default: two on two busy cores can be far slower),
-    seed everything, draw figures inline in house style; return the run mode."""
+    seed everything, draw figures inline in house style; return the run mode.
+
+    It also moves every object alive at this point (mostly the imported modules: torch alone makes
+    a few hundred thousand) out of reach of the garbage collector (``gc.freeze``). They live as long
+    as the kernel anyway, and walking them again when the kernel exits takes about 0.6 s per page."""
     torch.set_num_threads(check_positive_int("threads", threads))
     seed_everything(seed)
     try:
@@ -179,6 +184,7 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
     from . import plotting  # local import: plotting pulls in matplotlib
 
     plotting.set_style()
+    gc.freeze()
     return run_mode()
 
 

@@ -1,0 +1,62 @@
+"""The shared figures: colour limits, colour bars, topic boundaries, and the style without seaborn."""
+
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from topicmech import plotting  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_diverging_limits_are_symmetric_about_center():
+    M = np.array([[0.0, 2.0], [-0.5, 1.0]])
+    ax = plotting.heatmap_by_topic(M, 1)
+    assert ax.images[0].get_clim() == (-2.0, 2.0)
+    ax = plotting.heatmap_by_topic(M, 1, center=1.0)
+    assert ax.images[0].get_clim() == (-0.5, 2.5)
+
+
+def test_sequential_and_explicit_limits():
+    M = np.array([[0.1, 0.4], [0.2, 0.3]])
+    assert plotting.heatmap_by_topic(M, 1, center=None).images[0].get_clim() == (0.1, 0.4)
+    ax = plotting.heatmap_by_topic(M, 1, center=None, limits=(0.0, 1.0), colorbar=False)
+    assert ax.images[0].get_clim() == (0.0, 1.0)
+    assert len(ax.figure.axes) == 1                      # no colour-bar axes
+
+
+def test_topic_boundaries_and_mask_row():
+    V, v = 6, 2
+    ax = plotting.heatmap_by_topic(np.zeros((V + 1, V + 1)), v)
+    # two interior boundaries in each direction, plus the [MASK] separators
+    assert len(ax.lines) == 2 * 2 + 2
+    assert ax.images[0].get_extent() == [0, V + 1, V + 1, 0]   # cell (i, j) spans [j, j+1] x [i, i+1]
+
+
+def test_compare_heatmaps_shares_one_scale():
+    fig = plotting.compare_heatmaps([np.eye(3), 3 * np.eye(3)], ["a", "b"], 1)
+    assert [ax.images[0].get_clim() for ax in fig.axes if ax.images] == [(-3.0, 3.0)] * 2
+    with pytest.raises(ValueError, match="titles"):
+        plotting.compare_heatmaps([np.eye(3)], ["a", "b"], 1)
+
+
+def test_bad_matrix_is_rejected():
+    with pytest.raises(ValueError, match="2-D"):
+        plotting.heatmap_by_topic(np.zeros(3), 1)
+
+
+def test_house_style_does_not_import_seaborn():
+    code = ("import sys, matplotlib; matplotlib.use('Agg'); from topicmech import plotting; plotting.set_style(); "
+            "assert 'seaborn' not in sys.modules and 'scipy.stats' not in sys.modules; "
+            "import matplotlib.pyplot as plt; assert plt.rcParams['axes.facecolor'] == 'white'")
+    subprocess.run([sys.executable, "-c", code], check=True)
