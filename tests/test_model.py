@@ -357,3 +357,18 @@ def test_two_layer_transformer_runs_and_hides_keys(attend_to_masked):
             assert torch.all(pattern[hidden] == 0)
     torch.testing.assert_close(model(inputs, selected), cache["logits"])
     torch.testing.assert_close(model.embedding_gram(), model.W_E.T @ model.W_E)
+
+
+def test_two_layer_document_without_visible_keys_attends_to_nothing():
+    model = TwoLayerTransformer(D, 8, num_heads=2, num_layers=2, attend_to_masked=False, seed=0)
+    _, inputs, selected = batch(num_docs=3, doc_len=7)
+    selected = selected.clone()
+    selected[1] = True                                    # document 1: every key hidden
+    cache = model.run_with_cache(inputs, selected)
+    for layer in range(2):
+        pattern = cache[f"blocks.{layer}.attn.pattern"]
+        assert torch.equal(pattern[1], torch.zeros(2, 7, 7))
+        torch.testing.assert_close(pattern[[0, 2]].sum(-1), torch.ones(2, 2, 7))
+    # the other documents do not depend on document 1 (each row of the batch is its own passage)
+    alone = model.run_with_cache(inputs[[0, 2]], selected[[0, 2]])
+    torch.testing.assert_close(cache["logits"][[0, 2]], alone["logits"])

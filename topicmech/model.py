@@ -163,8 +163,11 @@ class OneLayerTransformer(nn.Module):
         visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
         any_key = visible.any(dim=1)                                              # (B,)
-        pattern = torch.softmax(scores.masked_fill(~any_key[:, None, None], 0.0), dim=-1)
-        pattern = pattern * any_key[:, None, None]                                # no key -> zero output
+        if bool(any_key.all()):                                                   # the usual case
+            pattern = torch.softmax(scores, dim=-1)
+        else:
+            pattern = torch.softmax(scores.masked_fill(~any_key[:, None, None], 0.0), dim=-1)
+            pattern = pattern * any_key[:, None, None]                            # no key -> zero output
         mixed = pattern @ h                                                       # (B, N, d)
         out = mixed @ self.W_V.T                                                  # (B, N, d)
         logits = out @ self.unembedding.T                                         # (B, N, D)
@@ -231,13 +234,18 @@ class TwoLayerTransformer(nn.Module):
         x = self.W_E.T[inputs]                                                    # (B, N, d)
         cache: dict[str, torch.Tensor] = {"embed": x}
         visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
+        hidden_keys = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, -math.inf)
+        hidden_keys = hidden_keys[:, None, None, :]                                # (B, 1, 1, key): 0 or -inf
+        any_key = visible.any(dim=1)[:, None, None, None]                          # (B, 1, 1, 1)
+        every_doc_has_a_key = bool(any_key.all())                                  # the usual case
         for layer in range(self.num_layers):
             q, k, v = (x @ W.T for W in self.W_QKV[layer])                        # 3 x (B, N, d)
             q, k, v = (t.view(B, N, H, dh).transpose(1, 2) for t in (q, k, v))   # (B, H, N, dh)
-            scores = q @ k.transpose(-1, -2) / math.sqrt(dh)                      # (B, H, query, key)
-            scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-            any_key = visible.any(dim=1)[:, None, None, None]
-            pattern = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
+            scores = q @ k.transpose(-1, -2) / math.sqrt(dh) + hidden_keys        # (B, H, query, key)
+            if every_doc_has_a_key:
+                pattern = torch.softmax(scores, dim=-1)
+            else:  # a document without visible keys attends to nothing (output 0), as in the one-layer model
+                pattern = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
             mixed = (pattern @ v).transpose(1, 2).reshape(B, N, self.d_model)     # (B, N, d)
             x = self.norms[layer](x + mixed @ self.W_O[layer].T)                  # residual + LayerNorm
             cache[f"blocks.{layer}.attn.pattern"] = pattern
