@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from topicmech import probes
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer
 from topicmech.probes import (
@@ -141,3 +142,14 @@ def test_uniform_pattern_gives_one_in_every_relation():
     for value in r:
         assert value == pytest.approx(1.0, rel=1e-6)
     assert r.topic_ratio == pytest.approx(1.0, rel=1e-6)
+
+
+def test_masked_means_and_pair_relations():
+    pattern = torch.arange(8.0).reshape(2, 2, 2)
+    masks = [pattern > 3, pattern > 100, torch.ones(2, 2, 2, dtype=torch.bool)]
+    means = probes.masked_means(pattern, masks)
+    assert means[0] == 5.5 and math.isnan(means[1]) and means[2] == 3.5
+    inputs = torch.tensor([[0, 1, 4]])                   # V = 4 words, id 4 is [MASK]
+    pairs, same_word, same_topic = probes.pair_relations(torch.zeros(1, 3, 3), inputs, torch.tensor([0, 0, 1, 1]))
+    assert pairs[0].tolist() == [[True, True, False], [True, True, False], [False, False, False]]
+    assert same_topic[0, 0, 1] and not same_word[0, 0, 1]

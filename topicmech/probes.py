@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 __all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation", "AttentionByRelation",
-           "topic_contrasts"]
+           "pair_relations", "masked_means", "topic_contrasts"]
 
 
 class BlockMeans(NamedTuple):
@@ -85,14 +85,15 @@ class AttentionByRelation(NamedTuple):
         return self.same_topic / self.diff_topic
 
 
-def attention_by_relation(
+def pair_relations(
     pattern: torch.Tensor, inputs: torch.Tensor, topic_of_word: torch.Tensor,
-) -> AttentionByRelation:
-    """Mean attention weight by the relation between query and key tokens, times ``N``.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Checked inputs of the attention probes: BoolTensors ``(pairs, same_word, same_topic)``, each of shape
+    (batch, query, key): both tokens are words (``[MASK]``, id ``V``, is left out), they are the same
+    word id, their words share a topic.
 
-    ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape
-    (batch, N), of which only pairs of real words (id < V) count; ``topic_of_word``: shape (V,).
-    A relation without pairs gives nan.
+    ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape (batch, N)
+    with ids in ``[0, V]``; ``topic_of_word``: shape (V,). ``ValueError`` naming the bad argument.
     """
     if (not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point
             or inputs.dtype.is_complex or inputs.dtype == torch.bool):
@@ -104,19 +105,36 @@ def attention_by_relation(
     topic_of_word = torch.as_tensor(topic_of_word)
     if topic_of_word.dim() != 1 or topic_of_word.numel() == 0:
         raise ValueError(f"topic_of_word must be a non-empty 1-D tensor, got shape {tuple(topic_of_word.shape)}")
-    V, N = len(topic_of_word), inputs.shape[1]
+    V = len(topic_of_word)
     if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) > V):
         raise ValueError(f"inputs hold token ids outside [0, {V}] (words and [MASK]): "
                          f"min {int(inputs.min())}, max {int(inputs.max())}")
     is_word = inputs < V                                                        # (B, N)
     tok = inputs.clamp(max=V - 1)
     topic = topic_of_word[tok]                                                  # (B, N)
-    pair = is_word[:, :, None] & is_word[:, None, :]                            # (B, query, key)
-    eye = torch.eye(N, dtype=torch.bool)[None]
-    same_tok = tok[:, :, None] == tok[:, None, :]
-    same_top = topic[:, :, None] == topic[:, None, :]
-    masks = torch.stack((pair & eye, pair & same_tok & ~eye, pair & same_top & ~same_tok, pair & ~same_top))
-    masks = masks.flatten(1).to(torch.float64)                                 # (4 relations, B * N * N)
-    sums, counts = masks @ pattern.detach().flatten().to(torch.float64), masks.sum(1)
-    means = torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan) * N
-    return AttentionByRelation(*means.tolist())
+    pairs = is_word[:, :, None] & is_word[:, None, :]                           # (B, query, key)
+    return pairs, tok[:, :, None] == tok[:, None, :], topic[:, :, None] == topic[:, None, :]
+
+
+def masked_means(pattern: torch.Tensor, masks: list[torch.Tensor]) -> list[float]:
+    """Mean of ``pattern`` over each BoolTensor of ``masks`` (same shape), nan for an empty mask; one
+    matrix product in float64 instead of a boolean gather per mask."""
+    M = torch.stack(masks).flatten(1).to(torch.float64)                       # (masks, elements)
+    sums, counts = M @ pattern.detach().flatten().to(torch.float64), M.sum(1)
+    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan).tolist()
+
+
+def attention_by_relation(
+    pattern: torch.Tensor, inputs: torch.Tensor, topic_of_word: torch.Tensor,
+) -> AttentionByRelation:
+    """Mean attention weight by the relation between query and key tokens, times ``N``.
+
+    ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape
+    (batch, N), of which only pairs of real words (id < V) count; ``topic_of_word``: shape (V,).
+    A relation without pairs gives nan.
+    """
+    pairs, same_word, same_topic = pair_relations(pattern, inputs, topic_of_word)
+    eye = torch.eye(inputs.shape[1], dtype=torch.bool)[None]
+    means = masked_means(pattern, [pairs & eye, pairs & same_word & ~eye, pairs & same_topic & ~same_word,
+                                   pairs & ~same_topic])
+    return AttentionByRelation(*(m * inputs.shape[1] for m in means))

@@ -17,6 +17,7 @@ import torch
 from .data import LDATopicModel, TopicModel
 from .dynamics import reaching_step
 from .model import OneLayerTransformer, TwoLayerTransformer
+from .probes import masked_means, pair_relations
 from .train import train
 from .utils import check_positive_int
 
@@ -44,29 +45,12 @@ def authors_attention_categories(pattern: torch.Tensor, inputs: torch.Tensor,
     ----------
     pattern : Tensor, shape (batch, query, key)
     inputs : LongTensor, shape (batch, N)
-        Token ids; ``[MASK]`` (ids ``>= len(topic_of_word)``) is left out.
+        Token ids in ``[0, V]``; ``[MASK]`` (id ``V = len(topic_of_word)``) is left out.
     topic_of_word : LongTensor, shape (V,)
     """
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point:
-        raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {getattr(inputs, 'shape', inputs)!r}")
-    if not isinstance(pattern, torch.Tensor) or tuple(pattern.shape) != (*inputs.shape, inputs.shape[1]):
-        raise ValueError(f"pattern must have shape {(*inputs.shape, inputs.shape[1])}, "
-                         f"got {tuple(getattr(pattern, 'shape', ()))}")
-    topic_of_word = torch.as_tensor(topic_of_word)
-    if topic_of_word.dim() != 1 or topic_of_word.numel() == 0:
-        raise ValueError(f"topic_of_word must be a non-empty 1-D tensor, got shape {tuple(topic_of_word.shape)}")
-    V = topic_of_word.numel()
-    is_word = inputs < V                                                        # (B, N)
-    tok = inputs.clamp(max=V - 1)
-    topic = topic_of_word[tok]                                                  # (B, N)
-    pair = is_word[:, :, None] & is_word[:, None, :]                            # (B, query, key)
-    same_tok = tok[:, :, None] == tok[:, None, :]
-    same_top = topic[:, :, None] == topic[:, None, :]
-    masks = torch.stack((pair & same_tok, pair & same_top & ~same_tok, pair & ~same_top))
-    masks = masks.flatten(1).to(torch.float64)                                 # (3 categories, B * N * N)
-    sums, counts = masks @ pattern.detach().flatten().to(torch.float64), masks.sum(1)
-    means = torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan)
-    return dict(zip(RELATIONS, means.tolist()))
+    pairs, same_word, same_topic = pair_relations(pattern, inputs, topic_of_word)
+    return dict(zip(RELATIONS, masked_means(pattern, [pairs & same_word, pairs & same_topic & ~same_word,
+                                                       pairs & ~same_topic])))
 
 
 @dataclass
