@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech.data import LDATopicModel, SimplifiedTopicModel, TopicModel, bert_mask, check_docs
+from topicmech.data import LDATopicModel, SimplifiedTopicModel, TopicModel, bert_mask, check_docs, check_topic_model
 
 NUM_DOCS = 20_000
 DOC_LEN = 12
@@ -439,3 +439,10 @@ def test_check_docs_accepts_lists_and_int32():
     assert out.dtype == torch.long and out.tolist() == [[0, 1], [2, 3]]
     out = check_docs(torch.tensor([[0, 3]], dtype=torch.int32), 4)
     assert out.dtype == torch.long
+
+
+def test_check_topic_model_names_the_argument():
+    model = SimplifiedTopicModel(3, 2, 2)
+    assert check_topic_model(model) is model
+    with pytest.raises(ValueError, match="data must be a TopicModel, got str"):
+        check_topic_model("lda", "data")

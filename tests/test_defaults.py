@@ -244,7 +244,7 @@ def test_train_joint_default_sgd_converges(name):
 def test_stage2_default_lr_inverts_the_predicted_rate():
     for T, v, tau, N, pm in SETTINGS.values():
         s = stage2.Stage2Setting(num_topics=T, words_per_topic=v, topics_per_doc=tau, doc_len=N, mask_prob=pm)
-        lam = sweeps.stage2_drive(T, v, tau, N, pm)
+        lam = stage2.stage2_drive(T, v, tau, N, pm)
         assert stage2.predicted_growth_rate(s.lr, lam, T * v + 1) == pytest.approx(stage2.TARGET_GROWTH_RATE)
     with pytest.raises(ValueError, match="lr"):
         stage2.Stage2Setting(topics_per_doc=1)

@@ -270,14 +270,14 @@ def test_value_blocks_along_matches_theory():
 
 
 def test_stage2_drive():
-    assert sweeps.stage2_drive(8, 4, 1, 32) == 0.0
+    assert stage2.stage2_drive(8, 4, 1, 32) == 0.0
     g = stage2.hidden_key_gradient(8, 4, 2, 32)
-    assert sweeps.stage2_drive(8, 4, 2, 32) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
-    assert sweeps.stage2_drive(8, 4, 2, 64) > sweeps.stage2_drive(8, 4, 2, 16) > 0
+    assert stage2.stage2_drive(8, 4, 2, 32) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
+    assert stage2.stage2_drive(8, 4, 2, 64) > stage2.stage2_drive(8, 4, 2, 16) > 0
     for T_, v_, tau, N_, p_m in [(8, 4, 2, 32, 0.15), (5, 3, 3, 12, 0.3), (10, 10, 4, 64, 0.15)]:
         formula = (theory.topic_eigenvalue_hidden(T_, tau, N_, p_m) * (1 - theory.kappa(N_, p_m))
                    * 2 * 0.1 * (tau - 1) / ((T_ - 1) * tau**2 * v_**2))
-        assert sweeps.stage2_drive(T_, v_, tau, N_, p_m) == pytest.approx(formula, rel=1e-10)
+        assert stage2.stage2_drive(T_, v_, tau, N_, p_m) == pytest.approx(formula, rel=1e-10)
     p = sweeps.stage2_drive_point(0, num_topics=4, words_per_topic=2, doc_len=12, num_docs=500)
     assert set(p) == {"mc_drive", "exact_drive"} and p["exact_drive"] > 0
 

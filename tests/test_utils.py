@@ -228,3 +228,10 @@ def test_seed_offset_rejects_bad_values(monkeypatch, value):
     monkeypatch.setenv("TOPICMECH_SEED_OFFSET", value)
     with pytest.raises(ValueError, match="TOPICMECH_SEED_OFFSET"):
         utils.seed_offset()
+
+
+def test_as_float64_detaches_and_converts():
+    t = torch.ones(2, 3, requires_grad=True)
+    a = utils.as_float64(t * 2)
+    assert a.dtype == np.float64 and a.shape == (2, 3) and (a == 2).all()
+    assert utils.as_float64([[1, 2]]).dtype == np.float64

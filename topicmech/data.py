@@ -12,7 +12,7 @@ import torch
 
 from .utils import check_float, check_masking, check_positive_int, make_generator
 
-__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "check_docs"]
+__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "check_docs", "check_topic_model"]
 
 
 class TopicModel:
@@ -157,6 +157,13 @@ class LDATopicModel(TopicModel):
         T, a = self.num_topics, self.alpha
         a0 = T * a
         return np.where(np.eye(T, dtype=bool), a * (a + 1) / (a0 * (a0 + 1)), a * a / (a0 * (a0 + 1)))
+
+
+def check_topic_model(value: object, name: str = "topic_model") -> TopicModel:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a :class:`TopicModel`; return it."""
+    if not isinstance(value, TopicModel):
+        raise ValueError(f"{name} must be a TopicModel, got {type(value).__name__}")
+    return value
 
 
 def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch.Tensor:

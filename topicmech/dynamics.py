@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import theory
-from .data import SimplifiedTopicModel, TopicModel, bert_mask
+from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
 from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, topic_contrasts
 from .stage1 import SAFE_FRACTION, sigma_range
@@ -37,11 +37,6 @@ ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_to
 
 _Loss = Literal["squared", "cross_entropy"]
 _Trace = Sequence[float] | np.ndarray
-
-
-def _check_topic_model(topic_model: object) -> None:
-    if not isinstance(topic_model, TopicModel):
-        raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
 
 
 def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
@@ -82,7 +77,7 @@ def heldout_batch(
     ``selected=None``; ``corrupt=True`` applies :func:`topicmech.data.bert_mask` with
     ``mask_prob``, ``keep_prob``, ``random_prob``. The default ``seed`` is shared by every run.
     """
-    _check_topic_model(topic_model)
+    check_topic_model(topic_model)
     docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
     if not corrupt:
         return docs, None
@@ -111,7 +106,7 @@ def standard_probes(
     (inputs, selected)`` (e.g. :func:`heldout_batch`) ``"attention"`` (the
     :data:`ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
     """
-    _check_topic_model(topic_model)
+    check_topic_model(topic_model)
     if not (isinstance(heldout, tuple) and len(heldout) == 2 and isinstance(heldout[0], torch.Tensor)):
         raise ValueError("heldout must be a tuple (inputs, selected) as returned by heldout_batch")
     topic = topic_model.topic_of_word
@@ -193,7 +188,7 @@ def gradient_scaling(
     scales = np.asarray(list(init_scales), dtype=float)
     if scales.ndim != 1 or scales.size < 2 or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
         raise ValueError(f"init_scales must hold at least two positive floats, got {init_scales!r}")
-    _check_topic_model(topic_model)
+    check_topic_model(topic_model)
     docs = topic_model.sample(num_docs, doc_len, seed)                          # (n, N)
     inputs, selected = bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
     rows = []
@@ -405,7 +400,7 @@ def train_joint(
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
     """
-    _check_topic_model(topic_model)
+    check_topic_model(topic_model)
     doc_len = check_positive_int("doc_len", doc_len)
     masking = dict(mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
     if lr is None and optimizer == "adam":

@@ -21,7 +21,7 @@ from . import theory as th
 from .data import TopicModel
 from .model import OneLayerTransformer
 from .train import History, train
-from .utils import check_positive_int, spawn_seeds
+from .utils import as_float64, check_positive_int, spawn_seeds
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "train_in_phases", "topic_spread", "TopicCosines",
@@ -37,9 +37,7 @@ SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1
 
 
 def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().double().numpy()
-    a = np.asarray(x, dtype=np.float64)
+    a = as_float64(x)
     if a.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {a.shape}")
     if square and a.shape[0] != a.shape[1]:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.optim.adam import adam as _adam_kernel  # torch.optim's functional kernels
 from torch.optim.sgd import sgd as _sgd_kernel
 
-from .data import TopicModel, _corrupt
+from .data import TopicModel, _corrupt, check_topic_model
 from .model import OneLayerTransformer, _token_counts, key_visibility
 from .train import _LOSSES, History, LossKind
 from .utils import check_choice, check_positive_int, make_generator
@@ -67,8 +67,7 @@ def sample_variable_length(topic_model: TopicModel, num_docs: int, min_len: int,
     docs : LongTensor, shape (num_docs, max_len)
     lengths : LongTensor, shape (num_docs,)
     """
-    if not isinstance(topic_model, TopicModel):
-        raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
+    check_topic_model(topic_model)
     num_docs = check_positive_int("num_docs", num_docs)
     min_len = check_positive_int("min_len", min_len)
     max_len = check_positive_int("max_len", max_len)

@@ -26,7 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 import torch
 
-from .utils import check_choice, check_positive_int, check_probability, check_seed, numpy_rng, shift_seed
+from .utils import as_float64, check_choice, check_positive_int, check_probability, check_seed, numpy_rng, shift_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import matplotlib.pyplot as plt
@@ -615,9 +615,7 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
 def _pair_point(vectors: np.ndarray | torch.Tensor, membership: np.ndarray) -> tuple[dict, np.ndarray, bool, int, int]:
     """Check ``vectors`` (n, d) and ``membership`` (n, T); return ``(point, M, partition, n_same, n_diff)``,
     ``point`` mapping "inner" and "cosine" to ``(rows, means)`` (normalised rows for "cosine")."""
-    if isinstance(vectors, torch.Tensor):
-        vectors = vectors.detach().cpu().double().numpy()
-    X = np.asarray(vectors, dtype=np.float64)                          # (n, d)
+    X = as_float64(vectors)                                            # (n, d)
     M = np.asarray(membership, dtype=bool)
     if X.ndim != 2 or M.ndim != 2 or X.shape[0] != M.shape[0]:
         raise ValueError(f"vectors (n, d) and membership (n, T) must agree, got {X.shape} and {M.shape}")
@@ -661,9 +659,7 @@ def _embedding_table(model_or_table: PreTrainedModel | np.ndarray | torch.Tensor
         if emb is None:
             raise ValueError("the model has no input embedding table")
         model_or_table = emb.weight
-    if isinstance(model_or_table, torch.Tensor):
-        model_or_table = model_or_table.detach().cpu().double().numpy()
-    return np.asarray(model_or_table, dtype=np.float64)
+    return as_float64(model_or_table)
 
 
 def embedding_stats(model: PreTrainedModel | np.ndarray | torch.Tensor, tokenizer: PreTrainedTokenizerBase,

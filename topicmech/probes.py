@@ -11,6 +11,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .utils import as_float64
+
 __all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation", "AttentionByRelation",
            "pair_relations", "masked_means", "topic_contrasts"]
 
@@ -49,7 +51,7 @@ def block_means(matrix: torch.Tensor | np.ndarray, topic_of_word: torch.Tensor |
     ``matrix`` has shape (V, V) or (V + 1, V + 1), the last index then ``[MASK]``;
     ``topic_of_word`` shape (V,). A relation without pairs (e.g. same topic at ``v = 1``) gives nan.
     """
-    M = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, dtype=float)
+    M = as_float64(matrix)
     V = len(topic_of_word)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] not in (V, V + 1):
         raise ValueError(f"matrix must have shape ({V}, {V}) or ({V + 1}, {V + 1}), got {M.shape}")

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import LDATopicModel, TopicModel
+from .data import LDATopicModel, TopicModel, check_topic_model
 from .dynamics import reaching_step
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import masked_means, pair_relations
@@ -100,9 +100,7 @@ def synthetic_run(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, st
     if not isinstance(heldout, torch.Tensor) or heldout.dim() != 2:
         raise ValueError(f"heldout must be a LongTensor of shape (num_docs, N), "
                          f"got {getattr(heldout, 'shape', heldout)!r}")
-    topic_model = authors_lda() if topic_model is None else topic_model
-    if not isinstance(topic_model, TopicModel):
-        raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
+    topic_model = authors_lda() if topic_model is None else check_topic_model(topic_model)
     docs, lengths = train_docs
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 attend_to_masked=False, init_scale=init_scale, seed=seed)

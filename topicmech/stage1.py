@@ -17,11 +17,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import TopicModel
+from .data import TopicModel, check_topic_model
 from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
 from .theory import ValueBlocks, orbit_means, sigma_eigenvalues
-from .utils import check_float, check_masking, check_positive_int
+from .utils import as_float64, check_float, check_masking, check_positive_int
 
 __all__ = [
     "SQUARED_SCHEDULE", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
@@ -217,8 +217,7 @@ def train_value_matrix(
     -------
     StageOneRun
     """
-    if not isinstance(topic_model, TopicModel):
-        raise ValueError(f"topic_model must be a topicmech.data.TopicModel, got {type(topic_model).__name__}")
+    check_topic_model(topic_model)
     _check_loss(loss)
     check_masking(mask_prob, keep_prob, random_prob)
     if schedule is None:
@@ -256,9 +255,7 @@ def train_value_matrix(
 
 
 def _as_float64(matrix: np.ndarray | torch.Tensor, shape: tuple[int, int] | None = None) -> np.ndarray:
-    if isinstance(matrix, torch.Tensor):
-        matrix = matrix.detach().double().cpu().numpy()
-    M = np.array(matrix, dtype=np.float64)
+    M = np.array(as_float64(matrix))                                  # a copy: callers change it in place
     if shape is not None and M.shape != shape:
         raise ValueError(f"matrix must have shape {shape}, got {M.shape}")
     return M

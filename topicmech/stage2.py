@@ -23,7 +23,7 @@ from .train import History, train
 from .utils import check_masking, check_positive_int
 
 __all__ = [
-    "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_model", "run_stage2", "GradientSummary",
+    "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_drive", "stage2_model", "run_stage2", "GradientSummary",
     "gradient_summary", "hidden_key_gradient", "predicted_growth_rate", "fitted_growth_rate", "MaskQueryAttention",
     "mask_query_attention",
 ]
@@ -122,12 +122,10 @@ def default_stage2_lr(num_topics: int, words_per_topic: int, topics_per_doc: int
     """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
 
     Inverts :func:`predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
-    ``lambda_G`` the exact hidden-key drive (:func:`topicmech.sweeps.stage2_drive`), which
+    ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
     shrinks quickly with the vocabulary. Raises ValueError where it is not positive
     (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
     """
-    from .sweeps import stage2_drive
-
     rate = _check_float("target_rate", target_rate)
     lam = stage2_drive(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
     if not lam > 1e-12:
@@ -290,6 +288,19 @@ def hidden_key_gradient(num_topics: int, words_per_topic: int, topics_per_doc: i
     factor = lam * (1.0 - theory.kappa(doc_len, p_m))
     return {**{k: factor * limit[k] for k in ("same_word", "same_topic", "diff_topic")},
             "mask_query": 0.0, "ratio": limit["ratio"], "factor": factor}
+
+
+def stage2_drive(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
+                 mask_prob: float = 0.15, keep_prob: float = 0.1) -> float:
+    """Exact initial stage-2 drive ``lambda_G`` on the topic contrasts (hidden keys).
+
+    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` from the entries of ``G = dL/dA`` at uniform
+    attention and the stage-1 optimum (:func:`hidden_key_gradient`); the
+    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``. 0 when
+    ``topics_per_doc == 1``.
+    """
+    g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
+    return float(-((g["same_word"] - g["same_topic"]) + words_per_topic * (g["same_topic"] - g["diff_topic"]))) + 0.0
 
 
 def predicted_growth_rate(lr: float, topic_eigenvalue: float, d_model: int) -> float:

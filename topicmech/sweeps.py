@@ -16,16 +16,17 @@ import numpy as np
 import torch
 
 from . import stage1, theory
-from .data import LDATopicModel, SimplifiedTopicModel, TopicModel
+from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_model
 from .dynamics import Sweep, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
+from .stage2 import stage2_drive
 from .train import train
-from .utils import call_seeded, check_choice, check_float, check_positive_int, check_seeds, parallel_map
+from .utils import as_float64, call_seeded, check_choice, check_float, check_positive_int, check_seeds, parallel_map
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
-    "value_blocks_along", "stage2_drive", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
+    "value_blocks_along", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
 ]
 
@@ -47,8 +48,7 @@ _SUMMARY_KEYS = ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess")
 
 def _check_run(topic_model: object, attend_to_masked: object, loss: object, optimizer: object) -> bool:
     """Shared checks of the runners; returns ``attend_to_masked`` as a bool."""
-    if not isinstance(topic_model, TopicModel):
-        raise ValueError(f"topic_model must be a TopicModel, got {type(topic_model).__name__}")
+    check_topic_model(topic_model)
     if not isinstance(attend_to_masked, (bool, np.bool_)):
         raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
     check_choice("loss", loss, ("squared", "cross_entropy"))
@@ -178,7 +178,7 @@ def embedding_cosine_contrast(W_E: torch.Tensor | np.ndarray, topic_of_word: tor
     Returns ``"same_topic"``, ``"diff_topic"`` (mean over distinct word pairs) and ``"contrast"``
     (their difference); 0 for one-hot embeddings.
     """
-    E = W_E.detach().double().cpu().numpy() if isinstance(W_E, torch.Tensor) else np.asarray(W_E, dtype=np.float64)
+    E = as_float64(W_E)
     V = len(topic_of_word)
     if E.ndim != 2 or E.shape[1] not in (V, V + 1):
         raise ValueError(f"W_E must have shape (d, {V}) or (d, {V + 1}), got {E.shape}")
@@ -352,21 +352,6 @@ def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int =
             out[k][i] = val
     out["x"] = xs
     return out
-
-
-def stage2_drive(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                 mask_prob: float = 0.15, keep_prob: float = 0.1) -> float:
-    """Exact initial stage-2 drive ``lambda_G`` on the topic contrasts (hidden keys).
-
-    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` from the entries of ``G = dL/dA`` at uniform
-    attention and the stage-1 optimum (:func:`topicmech.stage2.hidden_key_gradient`); the
-    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``. 0 when
-    ``topics_per_doc == 1``.
-    """
-    from .stage2 import hidden_key_gradient
-
-    g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    return float(-((g["same_word"] - g["same_topic"]) + words_per_topic * (g["same_topic"] - g["diff_topic"]))) + 0.0
 
 
 def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, topics_per_doc: int = 2,

@@ -223,6 +223,13 @@ def _as_float(value: object) -> float:
         return math.nan
 
 
+def as_float64(x: torch.Tensor | np.ndarray | Any) -> np.ndarray:
+    """``x`` as a float64 NumPy array: a tensor is detached and copied to the CPU first."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
 def check_float(name: str, value: object, *, positive: bool = True) -> float:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite float > 0 (>= 0 if not
     ``positive``); return it as a float."""
