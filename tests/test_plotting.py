@@ -60,3 +60,38 @@ def test_house_style_does_not_import_seaborn():
             "assert 'seaborn' not in sys.modules and 'scipy.stats' not in sys.modules; "
             "import matplotlib.pyplot as plt; assert plt.rcParams['axes.facecolor'] == 'white'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_house_style_is_seaborns_theme():
+    """Every setting seaborn's theme makes (but its own colour map) is in SEABORN_THEME, with seaborn's value."""
+    code = """
+import matplotlib
+matplotlib.use("Agg")
+from matplotlib.colors import to_rgba
+from topicmech import plotting
+defaults = dict(matplotlib.rcParams)
+matplotlib.rcParams.update(plotting.SEABORN_THEME)     # set_style adds compact figure sizes on top
+ours = dict(matplotlib.rcParams)
+matplotlib.rcdefaults()
+import seaborn as sns
+sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
+theirs = dict(matplotlib.rcParams)
+changed = {k for k in theirs if theirs[k] != defaults[k]} - {"image.cmap"}
+assert changed <= set(plotting.SEABORN_THEME), changed - set(plotting.SEABORN_THEME)
+def same(a, b):
+    try:
+        return a == b or to_rgba(a) == to_rgba(b)
+    except (TypeError, ValueError):
+        return False
+cycle = lambda rc: [to_rgba(c["color"]) for c in rc["axes.prop_cycle"]]
+assert cycle(ours) == cycle(theirs)
+bad = {k: (ours[k], theirs[k]) for k in plotting.SEABORN_THEME if k != "axes.prop_cycle" and not same(ours[k], theirs[k])}
+assert not bad, bad
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_nan_entries_do_not_break_the_colour_limits():
+    M = np.array([[np.nan, 1.0], [-3.0, 0.5]])
+    assert plotting.heatmap_by_topic(M, 1).images[0].get_clim() == (-3.0, 3.0)
+    assert plotting.heatmap_by_topic(M, 1, center=None).images[0].get_clim() == (-3.0, 1.0)

@@ -70,8 +70,8 @@ def test_single_piece_words(tok):
     assert tok.convert_ids_to_tokens(ids.tolist()) == ["is", "governed"]
 
 
-def test_single_piece_words_cache_follows_the_tokenizer():
-    fresh = tp.load_tokenizer(tp.bundled_model_path())
+def test_single_piece_words_cache_follows_the_tokenizer(tok):
+    fresh = tp.load_tokenizer(tp.bundled_model_path())       # its own copy: the test adds a piece to it
     words = ["is", "qwxzv", "is", ""]                           # repeats and an empty string
     assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]
     assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]      # answered from the cache

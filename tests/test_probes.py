@@ -149,6 +149,9 @@ def test_masked_means_and_pair_relations():
     masks = [pattern > 3, pattern > 100, torch.ones(2, 2, 2, dtype=torch.bool)]
     means = probes.masked_means(pattern, masks)
     assert means[0] == 5.5 and math.isnan(means[1]) and means[2] == 3.5
+    pattern[0, 0, 0] = math.nan                                  # in the third mask only
+    means = probes.masked_means(pattern, masks)
+    assert means[0] == 5.5 and math.isnan(means[1]) and math.isnan(means[2])
     inputs = torch.tensor([[0, 1, 4]])                   # V = 4 words, id 4 is [MASK]
     pairs, same_word, same_topic = probes.pair_relations(torch.zeros(1, 3, 3), inputs, torch.tensor([0, 0, 1, 1]))
     assert pairs[0].tolist() == [[True, True, False], [True, True, False], [False, False, False]]

@@ -425,8 +425,7 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
         return list(enc["input_ids"]), [None] * len(wids), []
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     _, first, inverse = np.unique(w[pos], return_index=True, return_inverse=True)
-    last = np.zeros(len(first), dtype=np.int64)
-    last[inverse] = np.arange(len(pos))                        # the last piece of each word wins
+    last = len(pos) - 1 - np.unique(w[pos][::-1], return_index=True)[1]     # each word's last piece
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))   # words numbered by first appearance
     spans = np.empty((len(first), 2), dtype=np.int64)
@@ -501,18 +500,21 @@ def chunk_text(tokenizer: PreTrainedTokenizerBase, text: str, *, max_pieces: int
     return [build(c) for c in chunks]
 
 
-_SINGLE_PIECE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> (size, {word: piece id or None})
+_SINGLE_PIECE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> (state, {word: piece id or None})
 
 
 def single_piece_words(tokenizer: PreTrainedTokenizerBase, words: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """The words the tokenizer encodes as one known piece, and those pieces' ids (each word is
-    encoded once per tokenizer: the chapters ask about the same vocabulary many times)."""
+    """The words the tokenizer encodes as one known piece, and those pieces' ids.
+
+    Each word is encoded once per tokenizer (the chapters ask about the same vocabulary many
+    times); the answers are kept until the tokenizer's size or unknown token changes, so a
+    tokenizer whose normalisation is changed in place needs a fresh copy."""
     words = list(words)
-    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
-    cached_size, known = _SINGLE_PIECE.get(tokenizer, (None, None))
-    if known is None or cached_size != size:                   # new, or pieces were added since
+    state = (len(tokenizer) if hasattr(tokenizer, "__len__") else None, tokenizer.unk_token_id)
+    cached_state, known = _SINGLE_PIECE.get(tokenizer, (None, None))
+    if known is None or cached_state != state:                 # new, or pieces were added since
         known = {}
-        _SINGLE_PIECE[tokenizer] = (size, known)
+        _SINGLE_PIECE[tokenizer] = (state, known)
     new = [w for w in dict.fromkeys(words) if w not in known]
     if new:
         for w, e in zip(new, tokenizer(new, add_special_tokens=False)["input_ids"]):

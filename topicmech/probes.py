@@ -120,9 +120,11 @@ def pair_relations(
 
 def masked_means(pattern: torch.Tensor, masks: list[torch.Tensor]) -> list[float]:
     """Mean of ``pattern`` over each BoolTensor of ``masks`` (same shape), nan for an empty mask; one
-    matrix product in float64 instead of a boolean gather per mask."""
-    M = torch.stack(masks).flatten(1).to(torch.float64)                       # (masks, elements)
-    sums, counts = M @ pattern.detach().flatten().to(torch.float64), M.sum(1)
+    vectorised sum in float64 instead of a boolean gather per mask."""
+    stacked = torch.stack(masks).flatten(1)                                    # (masks, elements)
+    values = pattern.detach().flatten().to(torch.float64)
+    sums = torch.where(stacked, values, 0.0).sum(1)                            # an entry counts only in its masks
+    counts = stacked.sum(1)
     return torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan).tolist()
 
 
