@@ -23,7 +23,7 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, top
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import call_seeded, check_positive_int, check_seeds, parallel_map
+from .utils import as_float64, call_seeded, check_positive_int, check_seeds, parallel_map
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
@@ -345,7 +345,7 @@ def predicted_growth_rate(
     ``sigma`` is :func:`topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
     value of ``-G``. ``W_K``, ``W_Q`` grow like ``exp(lr sigma t / sqrt(d))``, their product twice as fast.
     """
-    g = np.asarray(G.detach().cpu() if isinstance(G, torch.Tensor) else G, dtype=float)
+    g = as_float64(G)
     if g.ndim != 2 or g.shape[0] != g.shape[1]:
         raise ValueError(f"G must be a square matrix, got shape {g.shape}")
     if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):

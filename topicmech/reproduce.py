@@ -124,7 +124,7 @@ def deep_norms(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, steps
     batches resampled from the equal-length ``docs``. Each norm is the root sum of squares over
     the layers; ``attention`` is left empty.
     """
-    topic_model = authors_lda() if topic_model is None else topic_model
+    topic_model = authors_lda() if topic_model is None else check_topic_model(topic_model)
     model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_layers=num_layers, attend_to_masked=False,
                                 init_scale=init_scale, seed=seed)
     probes = {name: (lambda m, i=i: float(sum(W[i].norm() ** 2 for W in m.W_QKV)) ** 0.5)
@@ -144,7 +144,7 @@ def all_trained_gram(seed: int, *, loss: Literal["cross_entropy", "squared"], op
     the tied head trained together, hidden masked keys, BERT corruption 0.15/0.1/0.1, batches
     resampled from ``train_docs`` as in :func:`synthetic_run`.
     """
-    topic_model = authors_lda() if topic_model is None else topic_model
+    topic_model = authors_lda() if topic_model is None else check_topic_model(topic_model)
     docs, lengths = train_docs
     model = OneLayerTransformer(topic_model.num_tokens, d_model, embedding="learned", attention="learned",
                                 value="learned", head="tied", attend_to_masked=False, init_scale=init_scale,
