@@ -67,8 +67,9 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
     """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib.
 
     Default ``n_jobs``: :func:`default_jobs`, but at most one worker per four items (none for
-    fewer than eight items on two cores): starting the workers costs about 3 s (each imports
-    torch), more than a short sweep saves. Each worker runs one torch thread with this process's
+    fewer than eight items on two cores): starting the workers costs about 2 s (each imports
+    torch), and a Jupyter kernel that started them takes about 2.5 s longer to shut down, more
+    than a short sweep saves. Each worker runs one torch thread with this process's
     ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's
     seed is the same as in a serial run.
     """
