@@ -585,3 +585,13 @@ BAD_CALLS = [
 def test_bad_inputs_raise(name, call):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+def test_lda_sigma_eigenvalues_match_the_simplified_model_at_the_matching_alpha(attend_to_masked):
+    T, v, tau, N = 6, 3, 2, 24
+    alpha = th.lda_alpha_matching(T, tau)
+    got = th.lda_sigma_eigenvalues(T, v, alpha, N, attend_to_masked=attend_to_masked)
+    want = th.sigma_eigenvalues(T, v, tau, N, attend_to_masked=attend_to_masked)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert 0 < got[0] <= got[1]

@@ -20,7 +20,7 @@ import torch
 from .data import TopicModel, check_topic_model
 from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
-from .theory import ValueBlocks, orbit_means, sigma_eigenvalues
+from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
 from .utils import as_float64, check_float, check_masking, check_positive_int
 
 __all__ = [
@@ -60,7 +60,7 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     ----------
     topic_model : TopicModel
         :class:`~topicmech.data.SimplifiedTopicModel` (:func:`topicmech.theory.sigma_eigenvalues`)
-        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_moments`);
+        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_sigma_eigenvalues`);
         any other raises ValueError.
     needs : str
         Argument the caller should set instead, named in that error.
@@ -76,15 +76,8 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
         return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
                                  doc_len, *masking, attend_to_masked=attend_to_masked)
     if isinstance(topic_model, LDATopicModel):
-        from .theory import lda_moments
-
-        S, _ = lda_moments(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
-                           *masking, attend_to_masked=attend_to_masked)
-        if not attend_to_masked:
-            S = S[:-1, :-1]
-        ev = np.linalg.eigvalsh(0.5 * (S + S.T))
-        pos = ev[ev > 1e-12 * ev[-1]]
-        return float(pos[0]), float(ev[-1])
+        return lda_sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
+                                     *masking, attend_to_masked=attend_to_masked)
     raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
                      f"from the setting; pass {needs} explicitly")
 

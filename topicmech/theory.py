@@ -29,6 +29,7 @@ __all__ = [
     "weighted_block_gap", "bayes_risk", "least_squares_value_matrix", "embedding_loss", "tied_embedding_optimum",
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "sigma_eigenvalues",
     "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix", "lda_value_blocks",
+    "lda_sigma_eigenvalues",
 ]
 
 # Relative threshold below which an eigenvalue of Sigma counts as zero (pseudo-inverse).
@@ -227,12 +228,24 @@ def optimal_value_matrix(num_topics: int, words_per_topic: int, topics_per_doc: 
     p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
                 attend_to_masked)
     lam = check_float("l2", l2, positive=False)
-    Sigma, C = _dense_moments(p)
-    if p.si:
-        return _solve_right(C, Sigma, lam)
-    W = np.zeros((p.D, p.D))
-    W[:p.V, :p.V] = _solve_right(C[:p.V, :p.V], Sigma[:p.V, :p.V], lam)
+    return _optimum_from_moments(*_dense_moments(p), attend_to_masked=p.si, l2=lam)
+
+
+def _optimum_from_moments(Sigma: np.ndarray, C: np.ndarray, *, attend_to_masked: bool, l2: float) -> np.ndarray:
+    """``C (Sigma + l2 I)^{-1}``; with hidden keys on the word block only, the ``[MASK]`` row and column 0."""
+    k = Sigma.shape[0] if attend_to_masked else Sigma.shape[0] - 1              # attended tokens
+    W = np.zeros_like(Sigma)
+    W[:k, :k] = _solve_right(C[:k, :k], Sigma[:k, :k], l2)
     return W
+
+
+def _sigma_extremes(Sigma: np.ndarray, attend_to_masked: bool) -> tuple[float, float]:
+    """Smallest positive (above ``_RCOND`` times the largest) and largest eigenvalue of ``Sigma``,
+    on the word block with hidden keys."""
+    S = Sigma if attend_to_masked else Sigma[:-1, :-1]
+    evals = np.linalg.eigvalsh(0.5 * (S + S.T))
+    top = float(evals[-1])
+    return float(evals[evals > _RCOND * top][0]), top
 
 
 # ---- symmetry algebra route (O(1) in V) ---------------------------------------------------------
@@ -499,12 +512,7 @@ def sigma_eigenvalues(num_topics: int, words_per_topic: int, topics_per_doc: int
     """
     p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
                 attend_to_masked)
-    Sigma = _dense_moments(p)[0]
-    if not p.si:
-        Sigma = Sigma[:p.V, :p.V]
-    evals = np.linalg.eigvalsh(0.5 * (Sigma + Sigma.T))
-    top = float(evals[-1])
-    return float(evals[evals > _RCOND * top][0]), top
+    return _sigma_extremes(_dense_moments(p)[0], p.si)
 
 
 # ---- data-driven optimum ------------------------------------------------------------------------
@@ -858,10 +866,17 @@ def lda_optimal_value_matrix(num_topics: int, words_per_topic: int, alpha: float
     lam = check_float("l2", l2, positive=False)
     Sigma, C = lda_moments(num_topics, words_per_topic, alpha, doc_len, mask_prob, keep_prob, random_prob,
                            attend_to_masked)
-    k = Sigma.shape[0] if attend_to_masked else Sigma.shape[0] - 1              # attended tokens
-    W = np.zeros_like(Sigma)
-    W[:k, :k] = _solve_right(C[:k, :k], Sigma[:k, :k], lam)
-    return W
+    return _optimum_from_moments(Sigma, C, attend_to_masked=attend_to_masked, l2=lam)
+
+
+def lda_sigma_eigenvalues(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
+                          mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
+                          attend_to_masked: bool = True) -> tuple[float, float]:
+    """:func:`sigma_eigenvalues` for LDA documents: smallest positive and largest eigenvalue of the
+    :func:`lda_moments` ``Sigma`` (word block with hidden keys), same arguments."""
+    Sigma, _ = lda_moments(num_topics, words_per_topic, alpha, doc_len, mask_prob, keep_prob, random_prob,
+                           attend_to_masked)
+    return _sigma_extremes(Sigma, attend_to_masked)
 
 
 def lda_value_blocks(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
