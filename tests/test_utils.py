@@ -6,8 +6,6 @@ import gc
 import math
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -258,12 +256,3 @@ def test_stop_workers_leaves_no_child_process_and_sweeps_restart():
     utils.stop_workers()
     utils.stop_workers()                                # nothing left to stop: a no-op
     assert children() == []
-
-
-def test_stop_workers_is_quiet_and_leaves_nothing_at_exit():
-    code = ("import topicmech as tm\n"
-            "for _ in range(3):\n"
-            "    assert tm.utils.parallel_map(abs, range(-4, 4), n_jobs=2) == [4, 3, 2, 1, 0, 1, 2, 3]\n"
-            "tm.utils.stop_workers()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stderr == "", done.stderr     # no tracker warning, no traceback

@@ -64,52 +64,49 @@ def default_jobs() -> int:
 
 
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int | None = None) -> list[Any]:
-    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib's process pool (loky).
+    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib.
 
     Default ``n_jobs``: :func:`default_jobs`, but at most one worker per four items (none for
     fewer than eight items on two cores): starting the workers costs about 2 s (each imports
-    torch), more than a short sweep saves. The workers stay for the next sweep; idle, they wait
-    five minutes for more work, and :func:`stop_workers` stops them at once. Each worker runs one
-    torch thread with this process's ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result
-    that depends only on its item's seed is the same as in a serial run.
+    torch), more than a short sweep saves; :func:`stop_workers` stops them. Each worker runs one
+    torch thread with this process's
+    ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's
+    seed is the same as in a serial run.
     """
-    global _EXECUTOR
     items = list(items)
     if n_jobs is None:
         n_jobs = max(1, min(default_jobs(), len(items) // 4))
     n_jobs = check_positive_int("n_jobs", n_jobs)
     if n_jobs == 1 or len(items) < 2:
         return [fn(x) for x in items]
-    from joblib.externals.loky import get_reusable_executor  # local import: only parallel sweeps need it
+    from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
 
     env = {k: os.environ.get(k) for k in _WORKER_ENV}   # workers are reused: pass the current values
-    _EXECUTOR = get_reusable_executor(max_workers=min(n_jobs, len(items)))
-    return list(_EXECUTOR.map(_in_worker, [fn] * len(items), items, [env] * len(items)))
+    return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_in_worker)(fn, x, env) for x in items)
 
 
 _WORKER_ENV = ("TOPICMECH_MODE", "TOPICMECH_SEED_OFFSET")
-_EXECUTOR: Any = None   # the pool parallel_map last used
 
 
 def stop_workers() -> None:
-    """Stop the worker processes of :func:`parallel_map` now, with the resource trackers the pool started.
+    """Stop the worker processes of :func:`parallel_map` now, and joblib's resource trackers with them.
 
     Idle workers otherwise wait five minutes for more work, holding their memory. In a Jupyter
     kernel they also slow its shutdown: the kernel waits for its child processes to exit, the
-    resource trackers (one of loky, one of ``multiprocessing``) ignore the termination signal, and
-    the kernel is stopped by force only after 2.5 s. A later :func:`parallel_map` starts fresh
-    workers, and trackers when needed. Stopping a tracker has no public call: this uses the
-    ``_stop`` method of both, and skips a tracker that lacks it.
+    resource trackers ignore the termination signal, and the kernel is stopped by force only
+    after 2.5 s. A later :func:`parallel_map` starts fresh workers. joblib offers no public call
+    for this, so it reaches into loky's and multiprocessing's modules, and does nothing where
+    they are not as expected.
     """
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        return
     from multiprocessing import resource_tracker as mp_tracker
 
+    from joblib.externals.loky import reusable_executor
     from joblib.externals.loky.backend import resource_tracker as loky_tracker
 
-    _EXECUTOR.shutdown(wait=True, kill_workers=True)
-    _EXECUTOR = None
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        # joblib's executor: terminate also removes its temporary folder, so no tracker warns
+        getattr(executor, "terminate", executor.shutdown)(kill_workers=True)
     for module in (loky_tracker, mp_tracker):
         stop = getattr(getattr(module, "_resource_tracker", None), "_stop", None)
         if stop is not None:
