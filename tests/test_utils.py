@@ -240,19 +240,3 @@ def test_as_float64_detaches_and_converts():
     a = utils.as_float64(t * 2)
     assert a.dtype == np.float64 and a.shape == (2, 3) and (a == 2).all()
     assert utils.as_float64([[1, 2]]).dtype == np.float64
-
-
-def test_stop_workers_leaves_no_child_process_and_sweeps_restart():
-    psutil = pytest.importorskip("psutil")
-
-    def children():
-        return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-
-    assert utils.parallel_map(abs, range(-4, 4), n_jobs=2) == [4, 3, 2, 1, 0, 1, 2, 3]
-    assert children()                                   # the workers and joblib's resource trackers
-    utils.stop_workers()
-    assert children() == []
-    assert utils.parallel_map(abs, range(-2, 2), n_jobs=2) == [2, 1, 0, 1]   # fresh workers
-    utils.stop_workers()
-    utils.stop_workers()                                # nothing left to stop: a no-op
-    assert children() == []

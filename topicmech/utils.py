@@ -18,7 +18,7 @@ import torch
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
     "seed_everything", "setup_notebook", "make_generator", "default_device", "default_jobs", "parallel_map",
-    "call_seeded", "stop_workers", "as_float64",
+    "call_seeded", "as_float64",
 ]
 
 Mode = Literal["quick", "full"]
@@ -68,8 +68,8 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
 
     Default ``n_jobs``: :func:`default_jobs`, but at most one worker per four items (none for
     fewer than eight items on two cores): starting the workers costs about 2 s (each imports
-    torch), more than a short sweep saves; :func:`stop_workers` stops them. Each worker runs one
-    torch thread with this process's
+    torch), and a Jupyter kernel that started them takes about 2.5 s longer to shut down, more
+    than a short sweep saves. Each worker runs one torch thread with this process's
     ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's
     seed is the same as in a serial run.
     """
@@ -86,31 +86,6 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
 
 
 _WORKER_ENV = ("TOPICMECH_MODE", "TOPICMECH_SEED_OFFSET")
-
-
-def stop_workers() -> None:
-    """Stop the worker processes of :func:`parallel_map` now, and joblib's resource trackers with them.
-
-    Idle workers otherwise wait five minutes for more work, holding their memory. In a Jupyter
-    kernel they also slow its shutdown: the kernel waits for its child processes to exit, the
-    resource trackers ignore the termination signal, and the kernel is stopped by force only
-    after 2.5 s. A later :func:`parallel_map` starts fresh workers. joblib offers no public call
-    for this, so it reaches into loky's and multiprocessing's modules, and does nothing where
-    they are not as expected.
-    """
-    from multiprocessing import resource_tracker as mp_tracker
-
-    from joblib.externals.loky import reusable_executor
-    from joblib.externals.loky.backend import resource_tracker as loky_tracker
-
-    executor = getattr(reusable_executor, "_executor", None)
-    if executor is not None:
-        # joblib's executor: terminate also removes its temporary folder, so no tracker warns
-        getattr(executor, "terminate", executor.shutdown)(kill_workers=True)
-    for module in (loky_tracker, mp_tracker):
-        stop = getattr(getattr(module, "_resource_tracker", None), "_stop", None)
-        if stop is not None:
-            stop()
 
 
 def call_seeded(fn: Callable[..., Any], seed: int, params: dict[str, Any], reseed: bool = True) -> Any:
