@@ -1,7 +1,7 @@
 # Verbs for the round trip. Every target creates or reuses the virtual environment .venv.
 #   make book       install everything, build the HTML book (executes every chapter)
 #   make test       install everything, lint (ruff), run unit tests and every chapter through nbval
-#   make test-seeds the multi-seed checks of the claims (tests marked slow; CI runs them too)
+#   make test-seeds tests marked slow: multi-seed checks of the claims, long end-to-end checks (CI runs them)
 #   make test-fast  unit tests only (no notebooks, no multi-seed checks)
 #   make notebooks  regenerate notebooks/*.ipynb from book/*.md (committed, for Colab)
 #   make check-exported  run exported notebooks in a fresh environment outside the repository

@@ -19,7 +19,8 @@ every run starts from the same freshly initialised model):
 * ``train(), reference path``: ``train(path="reference")``, the model's own forward pass
   (full ``(N x N)`` attention and ``(batch, N, D)`` logits) and :func:`topicmech.train.mlm_loss`,
   measured in the same run for the ratio;
-* ``step only, reference``: its forward, loss, backward and ``torch.optim.Adam`` step on
+* ``step only, reference``: its forward, loss, backward and Adam step (the default ``torch.optim.Adam``'s
+  arithmetic, :class:`topicmech.fast.TorchOptimKernels`) on
   the fixed batch.
 
 The authors' per-step time (``_common.REFERENCE_LEARNED_MS_PER_STEP``) is stored as the

@@ -129,7 +129,7 @@ def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
         assert torch.equal(p3.detach(), p4.detach())
         torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=0.0)
     assert (ours.exp_avg == []) == (name == "sgd")                         # SGD keeps no state
-    assert fast.TorchOptimKernels([torch.zeros(2, dtype=torch.int64)], name, lr, fused=True).fused is False
+    assert fast.TorchOptimKernels([torch.zeros(2, dtype=torch.int64)], name, lr).fused is False   # never fused
 
 
 def test_train_uniform_is_train(docs):

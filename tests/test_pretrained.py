@@ -74,6 +74,7 @@ def test_single_piece_words_cache_follows_the_tokenizer(tok):
     fresh = tp.load_tokenizer(tp.bundled_model_path())       # its own copy: the test adds a piece to it
     words = ["is", "qwxzv", "is", ""]                           # repeats and an empty string
     assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]
+    assert "qwxzv" in tp._SINGLE_PIECE[fresh][1]                        # each word encoded once, kept
     assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]      # answered from the cache
     fresh.add_tokens(["qwxzv"])                                  # a new piece: the cache is rebuilt
     kept, ids = tp.single_piece_words(fresh, words)

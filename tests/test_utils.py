@@ -87,7 +87,14 @@ def test_parallel_map_matches_a_list_comprehension(monkeypatch):
     monkeypatch.setenv("TOPICMECH_JOBS", "3")
     assert default_jobs() == 3
     monkeypatch.delenv("TOPICMECH_JOBS")
-    assert 1 <= default_jobs() <= 4
+    import joblib
+    for cores, jobs in ((16, 4), (2, 2), (1, 1)):                # one per core, at most four
+        monkeypatch.setattr(joblib, "cpu_count", lambda cores=cores: cores)
+        assert default_jobs() == jobs
+    seen = []                                                   # default: one worker per four items,
+    monkeypatch.setenv("TOPICMECH_JOBS", "2")                   # so seven items stay in this process
+    assert parallel_map(lambda x: seen.append(x) or x, range(7)) == list(range(7)) and seen == list(range(7))
+    monkeypatch.delenv("TOPICMECH_JOBS")
     for bad in ("0", "-1", "two"):
         monkeypatch.setenv("TOPICMECH_JOBS", bad)
         with pytest.raises(ValueError, match="TOPICMECH_JOBS"):

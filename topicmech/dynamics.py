@@ -23,7 +23,7 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, top
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import as_float64, call_seeded, check_positive_int, check_seeds, parallel_map
+from .utils import as_float64, check_positive_int, check_seeds, map_seeded
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
@@ -605,7 +605,7 @@ def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int
         raise ValueError(f"fn must be callable, got {fn!r}")
     seed_list = check_seeds(seeds)
     tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in seed_list]
-    results = parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
+    results = map_seeded(fn, tasks, reseed, n_jobs=n_jobs)
     return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
 
 

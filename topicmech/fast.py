@@ -175,14 +175,14 @@ class TorchOptimKernels:
     ``fused=False`` the default ``torch.optim.Adam``'s on the CPU, bit for bit; only the state is
     kept here, because constructing a ``torch.optim`` class imports ``torch._dynamo`` (about
     1.5 s of CPU and 60-80 MiB in a fresh process), which would make the demonstration run
-    about 1.5 times slower. ``fused`` picks Adam's kernel: the fused one wherever the parameters
-    allow it (floating point, CPU or CUDA) unless ``fused=False``.
+    about 1.5 times slower. ``fused`` asks for Adam's fused kernel, used wherever the parameters
+    allow it (floating point, on the CPU or CUDA).
     """
 
-    def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float, *, fused: bool | None = None) -> None:
+    def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float, *, fused: bool = True) -> None:
         self.params, self.optimizer, self.lr = list(params), check_choice("optimizer", optimizer, ("sgd", "adam")), float(lr)
         can_fuse = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
-        self.fused = can_fuse and fused is not False
+        self.fused = can_fuse and bool(fused)
         adam = optimizer == "adam"                          # SGD keeps no state
         self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params if adam]
         self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params if adam]

@@ -413,8 +413,9 @@ class WordAlignment:
         return np.bincount(self.word_index[self.word_index >= 0], minlength=len(self.words))
 
 
-def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[int], list[int | None], list]:
-    """Ids, word ids (renumbered ``0..W-1``) and the text span of each word of ``text``, no special tokens."""
+def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[int], np.ndarray, list]:
+    """Ids, word ids (renumbered ``0..W-1`` by first appearance, -1 for a special token) and the text
+    span of each word of ``text``, no special tokens added."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("align_words needs a fast tokenizer (it uses word_ids())")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
@@ -422,7 +423,7 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
     w = np.fromiter((-1 if x is None else x for x in wids), dtype=np.int64, count=len(wids))
     pos = np.flatnonzero(w >= 0)
     if not len(pos):
-        return list(enc["input_ids"]), [None] * len(wids), []
+        return list(enc["input_ids"]), w, []
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     _, first, inverse = np.unique(w[pos], return_index=True, return_inverse=True)
     last = len(pos) - 1 - np.unique(w[pos][::-1], return_index=True)[1]     # each word's last piece
@@ -430,9 +431,8 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))   # words numbered by first appearance
     spans = np.empty((len(first), 2), dtype=np.int64)
     spans[rank, 0], spans[rank, 1] = offsets[pos[first], 0], offsets[pos[last], 1]
-    renumbered = np.full(len(wids), None, dtype=object)
-    renumbered[pos] = rank[inverse].tolist()                  # plain ints, None for special tokens
-    return list(enc["input_ids"]), renumbered.tolist(), spans.tolist()
+    w[pos] = rank[inverse]
+    return list(enc["input_ids"]), w, spans.tolist()
 
 
 @functools.lru_cache(maxsize=8)
@@ -446,17 +446,17 @@ def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], li
     raise ValueError("cannot locate the special tokens added by this tokenizer")
 
 
-def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: list[int | None], spans: list,
+def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: np.ndarray, spans: list,
            template: tuple[list[int], list[int]]) -> WordAlignment:
-    """The :class:`WordAlignment` of the pieces ``ids`` of ``text`` (words normalised here, only those used)."""
-    local = sorted({w for w in wids if w is not None})
-    remap = {w: i for i, w in enumerate(local)}
+    """The :class:`WordAlignment` of the pieces ``ids`` (word ids ``wids``, -1 for none) of ``text``
+    (words normalised here, only those used, renumbered in order)."""
+    local = np.unique(wids[wids >= 0])
     prefix, suffix = template
     full = prefix + list(ids) + suffix
-    index = [-1] * len(prefix) + [-1 if w is None else remap[w] for w in wids] + [-1] * len(suffix)
-    return WordAlignment(np.asarray(full, dtype=np.int64), tuple(tokenizer.convert_ids_to_tokens(full)),
-                         np.asarray(index, dtype=np.int64),
-                         tuple(_deaccent(text[spans[w][0]:spans[w][1]].lower()) for w in local))
+    body = np.where(wids >= 0, np.searchsorted(local, wids), -1)
+    index = np.concatenate([np.full(len(prefix), -1), body, np.full(len(suffix), -1)]).astype(np.int64)
+    return WordAlignment(np.asarray(full, dtype=np.int64), tuple(tokenizer.convert_ids_to_tokens(full)), index,
+                         tuple(_deaccent(text[spans[w][0]:spans[w][1]].lower()) for w in local.tolist()))
 
 
 def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> WordAlignment:
@@ -473,8 +473,7 @@ def _chunks(tokenizer: PreTrainedTokenizerBase, text: str, max_pieces: int) -> t
     budget = max_pieces - len(template[0]) - len(template[1])
     if budget < 1:
         raise ValueError(f"max_pieces={max_pieces} leaves no room after the special tokens")
-    ids, wids, spans = _encode_words(tokenizer, text)
-    w = np.fromiter((-1 if x is None else x for x in wids), dtype=np.int64, count=len(wids))
+    ids, w, spans = _encode_words(tokenizer, text)
     pos = np.flatnonzero(w >= 0)
     order = np.argsort(w[pos], kind="stable")                  # piece positions grouped by word, in order
     pos, ws = pos[order], w[pos][order]
@@ -490,7 +489,7 @@ def _chunks(tokenizer: PreTrainedTokenizerBase, text: str, max_pieces: int) -> t
         if keep[piece].any():
             chunks.append(pos[piece][keep[piece]].tolist())
         i = j
-    return chunks, lambda c: _build(tokenizer, text, [ids[p] for p in c], [wids[p] for p in c], spans, template)
+    return chunks, lambda c: _build(tokenizer, text, [ids[p] for p in c], w[c], spans, template)
 
 
 def chunk_text(tokenizer: PreTrainedTokenizerBase, text: str, *, max_pieces: int = 128) -> list[WordAlignment]:

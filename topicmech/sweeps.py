@@ -22,7 +22,7 @@ from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import attention_by_relation, block_means
 from .stage2 import stage2_drive
 from .train import train
-from .utils import as_float64, call_seeded, check_choice, check_float, check_positive_int, check_seeds, parallel_map
+from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
@@ -445,8 +445,7 @@ def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence
               for seed in seed_list]
     keys = [(seed, tuple(sorted((k, repr(v)) for k, v in params.items()))) for _, _, seed, params in points]
     tasks = {key: (seed, params) for key, (_, _, seed, params) in zip(keys, points)}   # shared points run once
-    results = dict(zip(tasks, parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks.values(),
-                                           n_jobs=n_jobs)))
+    results = dict(zip(tasks, map_seeded(fn, list(tasks.values()), reseed, n_jobs=n_jobs)))
     rows = []
     for key, (axis, value, seed, _) in zip(keys, points):
         if not isinstance(results[key], Mapping):

@@ -187,7 +187,7 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
         raise ValueError("model has no trainable parameters (everything is frozen)")
     # torch.optim's kernels without its classes (see fast.TorchOptimKernels); the general path keeps
     # the default (unfused) Adam's arithmetic
-    opt = fast.TorchOptimKernels(params, optimizer, lr, fused=None if route is not None else False)
+    opt = fast.TorchOptimKernels(params, optimizer, lr, fused=route is not None)
     probes = dict(probes or {})
     probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
     gen, device = make_generator(seed), params[0].device

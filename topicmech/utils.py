@@ -18,7 +18,7 @@ import torch
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
     "seed_everything", "setup_notebook", "make_generator", "default_device", "default_jobs", "parallel_map",
-    "call_seeded", "as_float64",
+    "call_seeded", "map_seeded", "as_float64",
 ]
 
 Mode = Literal["quick", "full"]
@@ -94,6 +94,12 @@ def call_seeded(fn: Callable[..., Any], seed: int, params: dict[str, Any], resee
     if reseed:
         seed_everything(seed)
     return fn(seed=seed, **params) if params else fn(seed)
+
+
+def map_seeded(fn: Callable[..., Any], tasks: list[tuple[int, dict[str, Any]]], reseed: bool = True, *,
+               n_jobs: int | None = None) -> list[Any]:
+    """:func:`call_seeded` on every ``(seed, params)`` task, spread over processes by :func:`parallel_map`."""
+    return parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
 
 
 def _in_worker(fn: Callable[[Any], Any], x: Any, env: dict[str, str | None]) -> Any:
