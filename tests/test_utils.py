@@ -6,7 +6,9 @@ import gc
 import math
 import os
 import random
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 import torch
@@ -77,10 +79,10 @@ def test_parallel_map_matches_a_list_comprehension(monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:                                                       # the worker's wrapper itself sets one thread
-        assert utils._in_worker(lambda x: torch.get_num_threads(), 0, {}) == 1
+        assert utils._in_worker(cloudpickle.dumps((lambda x: torch.get_num_threads(), 0)), {}) == 1
     finally:
         torch.set_num_threads(threads)
-    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "7")           # reused workers see the caller's current offset
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "7")           # workers see the caller's current offset
     assert parallel_map(lambda x: (os.environ["TOPICMECH_SEED_OFFSET"], utils.shift_seed(x)), [0, 1], n_jobs=2) \
         == [("7", utils.shift_seed(0)), ("7", utils.shift_seed(1))]
     monkeypatch.delenv("TOPICMECH_SEED_OFFSET")
@@ -91,16 +93,39 @@ def test_parallel_map_matches_a_list_comprehension(monkeypatch):
     for cores, jobs in ((16, 4), (2, 2), (1, 1)):                # one per core, at most four
         monkeypatch.setattr(joblib, "cpu_count", lambda cores=cores: cores)
         assert default_jobs() == jobs
-    seen = []                                                   # default: one worker per four items,
-    monkeypatch.setenv("TOPICMECH_JOBS", "2")                   # so seven items stay in this process
+    monkeypatch.setenv("TOPICMECH_JOBS", "2")
+    seen = []                                                   # forked workers: one per item, up to n_jobs
+    assert parallel_map(lambda x: seen.append(x) or x, range(3)) == list(range(3)) and seen == []
+    monkeypatch.setattr(utils, "start_method", lambda: "spawn")  # spawned: one worker per four items,
     assert parallel_map(lambda x: seen.append(x) or x, range(7)) == list(range(7)) and seen == list(range(7))
-    monkeypatch.delenv("TOPICMECH_JOBS")
+    monkeypatch.delenv("TOPICMECH_JOBS")                        # so seven items stay in this process
     for bad in ("0", "-1", "two"):
         monkeypatch.setenv("TOPICMECH_JOBS", bad)
         with pytest.raises(ValueError, match="TOPICMECH_JOBS"):
             default_jobs()
     with pytest.raises(ValueError, match="n_jobs"):
         parallel_map(abs, items, n_jobs=0)
+
+
+def test_parallel_map_spawned_workers_run_notebook_functions(monkeypatch):
+    # the path taken off Linux: fresh interpreters that receive fn by value (cloudpickle)
+    monkeypatch.setattr(utils, "start_method", lambda: "spawn")
+    offset = 5
+    assert parallel_map(lambda x: (x + offset, torch.get_num_threads()), [1, 2], n_jobs=2) == [(6, 1), (7, 1)]
+
+
+def test_start_method(monkeypatch):
+    assert utils.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)    # a forked child could not use CUDA
+    assert utils.start_method() == "spawn"
+
+
+def test_parallel_map_leaves_no_worker_behind():
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}   # e.g. a spawned pool's resource tracker
+    assert os.getpid() not in parallel_map(lambda _: os.getpid(), range(4), n_jobs=2)   # ran in workers
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
 def test_make_generator():

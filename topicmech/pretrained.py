@@ -15,18 +15,30 @@ import os
 import re
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the forward passes run in forked workers, and a tokenizer that has used its threads before a fork
+# prints a warning in every child
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
 
-from .utils import as_float64, check_choice, check_positive_int, check_probability, check_seed, numpy_rng, shift_seed
+from .utils import (
+    as_float64,
+    check_choice,
+    check_positive_int,
+    check_probability,
+    check_seed,
+    numpy_rng,
+    parallel_map,
+    shift_seed,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import matplotlib.pyplot as plt
@@ -833,22 +845,31 @@ def _passages(tokenizer: PreTrainedTokenizerBase, corpus: Corpus, max_pieces: in
     return out
 
 
-def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chunks: list[tuple[int, WordAlignment]],
-                batch_size: int) -> Iterator[tuple[list[tuple[int, WordAlignment]], tuple[torch.Tensor, ...]]]:
-    """Yield ``(batch, attentions)`` for padded batches of passages: one ``(batch, H, P, P)`` tensor per layer."""
+def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                batch: list[tuple[int, WordAlignment]]) -> tuple[torch.Tensor, ...]:
+    """Attention weights of one padded batch of passages: one ``(batch, H, P, P)`` tensor per layer."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    P = max(c.num_pieces for _, c in batch)
+    ids = torch.tensor([c.input_ids.tolist() + [pad] * (P - c.num_pieces) for _, c in batch])          # (batch, P)
+    mask = torch.tensor([[1] * c.num_pieces + [0] * (P - c.num_pieces) for _, c in batch])
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    if getattr(out, "attentions", None) is None or out.attentions[0] is None:
+        raise ValueError("the model returned no attention weights; load it with output_attentions=True and "
+                         "attn_implementation='eager' (load_encoder does)")
+    return out.attentions
+
+
+def _map_batches(fn: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 chunks: list[tuple[int, WordAlignment]], batch_size: int) -> list[Any]:
+    """``fn(offset, batch, attentions)`` for the batches of ``batch_size`` passages (``offset``: index of the
+    batch's first passage), the forward passes spread over worker processes by
+    :func:`topicmech.utils.parallel_map` (forked on Linux: the workers share the loaded model)."""
     batch_size = check_positive_int("batch_size", batch_size)
     model.eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    for b0 in range(0, len(chunks), batch_size):
-        batch = [c for _, c in chunks[b0:b0 + batch_size]]
-        P = max(c.num_pieces for c in batch)
-        ids = torch.tensor([c.input_ids.tolist() + [pad] * (P - c.num_pieces) for c in batch])         # (batch, P)
-        mask = torch.tensor([[1] * c.num_pieces + [0] * (P - c.num_pieces) for c in batch])
-        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-        if getattr(out, "attentions", None) is None or out.attentions[0] is None:
-            raise ValueError("the model returned no attention weights; load it with output_attentions=True and "
-                             "attn_implementation='eager' (load_encoder does)")
-        yield chunks[b0:b0 + batch_size], out.attentions
+    return parallel_map(lambda b0: fn(b0, chunks[b0:b0 + batch_size],
+                                      _attentions(model, tokenizer, chunks[b0:b0 + batch_size])),
+                        range(0, len(chunks), batch_size))
 
 
 def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -862,11 +883,13 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     hit = cache.get(key) if cache is not None else None     # the entry holds its model: an id is not reused
     if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
         return hit[0], hit[1]
-    atts: list[torch.Tensor] = []
-    for batch, out in _attentions(model, tokenizer, chunks, batch_size):
-        for i, s in enumerate(sels[len(atts):len(atts) + len(batch)]):
-            ix = torch.as_tensor(s)
-            atts.append(torch.stack([a[i][:, ix[:, None], ix] for a in out]))
+
+    def restrict(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+        # NumPy arrays: they travel back from a worker by plain pickling
+        return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).numpy()
+                for i, ix in enumerate(map(torch.as_tensor, sels[b0:b0 + len(batch)]))]
+
+    atts = [torch.from_numpy(a) for part in _map_batches(restrict, model, tokenizer, chunks, batch_size) for a in part]
     if cache is not None:
         cache[key] = (atts, sels, model)
     return atts, sels
@@ -951,16 +974,19 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     if not selections:
         raise ValueError("selections is empty")
     chunks = _passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
-    acc = {name: [0.0, 0.0, 0, 0] for name in selections}
-    for batch, out in _attentions(model, tokenizer, chunks, batch_size):
+    def pooled(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         att = torch.stack(out, dim=1).double().mean(dim=(1, 2))              # (batch, P, P)
-        for i, (_, c) in enumerate(batch):
-            wp = (pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()  # (W, W)
-            for name, wt in selections.items():
-                m = relation_masks_for_words(c.words, wt)
-                for k, mk in enumerate((m["same_topic"], m["diff_topic"])):
-                    acc[name][k] += float(wp[mk].sum())
-                    acc[name][k + 2] += int(mk.sum())
+        return [(pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()
+                for i, (_, c) in enumerate(batch)]                           # (W, W) each
+
+    acc = {name: [0.0, 0.0, 0, 0] for name in selections}
+    pooled_all = [wp for part in _map_batches(pooled, model, tokenizer, chunks, batch_size) for wp in part]
+    for (_, c), wp in zip(chunks, pooled_all):
+        for name, wt in selections.items():
+            m = relation_masks_for_words(c.words, wt)
+            for k, mk in enumerate((m["same_topic"], m["diff_topic"])):
+                acc[name][k] += float(wp[mk].sum())
+                acc[name][k + 2] += int(mk.sum())
     return {k: (v[0], v[1], int(v[2]), int(v[3])) for k, v in acc.items()}
 
 

@@ -9,6 +9,7 @@ import gc
 import math
 import os
 import random
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ import torch
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
     "seed_everything", "setup_notebook", "make_generator", "default_device", "default_jobs", "parallel_map",
-    "call_seeded", "map_seeded", "as_float64",
+    "call_seeded", "map_seeded", "as_float64", "start_method",
 ]
 
 Mode = Literal["quick", "full"]
@@ -64,26 +65,55 @@ def default_jobs() -> int:
 
 
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int | None = None) -> list[Any]:
-    """``[fn(x) for x in items]``, spread over ``n_jobs`` processes by joblib.
+    """``[fn(x) for x in items]``, spread over ``n_jobs`` worker processes by the standard library's
+    :class:`concurrent.futures.ProcessPoolExecutor`; lambdas and functions defined in a notebook work.
 
-    Default ``n_jobs``: :func:`default_jobs`, but at most one worker per four items (none for
-    fewer than eight items on two cores): starting the workers costs about 2 s (each imports
-    torch), and a Jupyter kernel that started them takes about 2.5 s longer to shut down, more
-    than a short sweep saves. Each worker runs one torch thread with this process's
-    ``TOPICMECH_MODE`` and ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's
-    seed is the same as in a serial run.
+    On Linux the workers are forked (:func:`start_method`): they start in milliseconds, inherit
+    ``fn`` and the items (a loaded model, a corpus: nothing is copied), and are gone when the call
+    returns, so a Jupyter kernel shuts down as fast as without them. Otherwise they are spawned,
+    ``fn`` and the items travel by cloudpickle and each worker imports torch (about 2 s), so by
+    default a spawned pool has at most one worker per four items (none for fewer than eight items
+    on two cores); a forked pool has up to one per item. Either way at most :func:`default_jobs`.
+    Each worker runs one torch thread with this process's ``TOPICMECH_MODE`` and
+    ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's seed is the same as in
+    a serial run. Results travel back by pickling.
     """
     items = list(items)
+    method = start_method()
     if n_jobs is None:
-        n_jobs = max(1, min(default_jobs(), len(items) // 4))
+        n_jobs = max(1, min(default_jobs(), len(items) if method == "fork" else len(items) // 4))
     n_jobs = check_positive_int("n_jobs", n_jobs)
     if n_jobs == 1 or len(items) < 2:
         return [fn(x) for x in items]
-    from joblib import Parallel, delayed  # local import: only sweeps that run in parallel need it
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    env = {k: os.environ.get(k) for k in _WORKER_ENV}   # workers are reused: pass the current values
-    return Parallel(n_jobs=min(n_jobs, len(items)))(delayed(_in_worker)(fn, x, env) for x in items)
+    env = {k: os.environ.get(k) for k in _WORKER_ENV}   # as they are now, whatever the workers inherited
+    if method == "fork":    # the workers inherit fn and the items: only their indices travel
+        key = object()
+        _FORKED[id(key)] = (fn, items)
+        jobs: list[Any] = [(id(key), i) for i in range(len(items))]
+    else:                   # fresh interpreters: fn and each item travel by value
+        import cloudpickle
 
+        jobs = [cloudpickle.dumps((fn, x)) for x in items]
+    try:
+        with ProcessPoolExecutor(max_workers=min(n_jobs, len(items)),
+                                 mp_context=multiprocessing.get_context(method)) as pool:
+            return list(pool.map(_in_worker, jobs, [env] * len(jobs)))
+    finally:
+        if method == "fork":
+            del _FORKED[id(key)]
+
+
+_FORKED: dict[int, tuple[Callable[[Any], Any], list[Any]]] = {}   # the calls of parallel_map that fork now
+
+
+def start_method() -> Literal["fork", "spawn"]:
+    """How :func:`parallel_map` starts its workers now: ``"fork"`` on Linux, ``"spawn"`` elsewhere
+    (forking is unsafe on macOS and impossible on Windows) and once this process has initialised
+    CUDA (a forked child cannot use it)."""
+    return "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
 
 _WORKER_ENV = ("TOPICMECH_MODE", "TOPICMECH_SEED_OFFSET")
 
@@ -102,14 +132,21 @@ def map_seeded(fn: Callable[..., Any], tasks: list[tuple[int, dict[str, Any]]], 
     return parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
 
 
-def _in_worker(fn: Callable[[Any], Any], x: Any, env: dict[str, str | None]) -> Any:
-    """``fn(x)`` in a worker process: one torch thread, the caller's run mode and seed offset."""
+def _in_worker(job: tuple[int, int] | bytes, env: dict[str, str | None]) -> Any:
+    """Run one item of :func:`parallel_map` in a worker: one torch thread, the caller's run mode and
+    seed offset. ``job``: ``(call, index)`` in a forked worker, cloudpickled ``(fn, x)`` otherwise."""
     for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
     torch.set_num_threads(1)
+    if isinstance(job, tuple):
+        fn, items = _FORKED[job[0]]
+        return fn(items[job[1]])
+    import cloudpickle
+
+    fn, x = cloudpickle.loads(job)
     return fn(x)
 
 
