@@ -10,6 +10,7 @@ import bz2
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -38,6 +39,7 @@ from .utils import (
     numpy_rng,
     parallel_map,
     shift_seed,
+    start_method,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,13 +147,16 @@ def load_wikipedia_sample(path: str | os.PathLike | None = None, *, min_words: i
     p = _data_file(path, WIKI_SAMPLE, "Wikipedia dump")
     texts, titles = [], []
     with bz2.open(p, "rb") as fh:
-        for title, markup, _pageid in extract_pages(fh, filter_namespaces=("0",)):
-            text = "" if markup.lstrip().lower().startswith("#redirect") else clean_wiki_markup(markup)
-            if len(text.split()) >= min_words:
-                texts.append(text)
-                titles.append(title)
-                if max_docs is not None and len(texts) >= max_docs:
-                    break
+        pages = ((title, markup) for title, markup, _pageid in extract_pages(fh, filter_namespaces=("0",))
+                 if not markup.lstrip().lower().startswith("#redirect"))
+        while max_docs is None or len(texts) < max_docs:
+            block = list(itertools.islice(pages, 64))      # cleaning dominates: 64 articles at a time in workers
+            if not block:
+                break
+            for (title, _), text in zip(block, _forked_map(clean_wiki_markup, [m for _, m in block])):
+                if len(text.split()) >= min_words and (max_docs is None or len(texts) < max_docs):
+                    texts.append(text)
+                    titles.append(title)
     if not texts:
         raise ValueError(f"no article with at least min_words={min_words} words in {str(p)!r}")
     return Corpus("wikipedia", tuple(texts), tuple(titles))
@@ -425,9 +430,9 @@ class WordAlignment:
         return np.bincount(self.word_index[self.word_index >= 0], minlength=len(self.words))
 
 
-def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[int], np.ndarray, list]:
+def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Ids, word ids (renumbered ``0..W-1`` by first appearance, -1 for a special token) and the text
-    span of each word of ``text``, no special tokens added."""
+    span of each word of ``text`` (shape ``(W, 2)``), no special tokens added."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("align_words needs a fast tokenizer (it uses word_ids())")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
@@ -435,7 +440,7 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
     w = np.fromiter((-1 if x is None else x for x in wids), dtype=np.int64, count=len(wids))
     pos = np.flatnonzero(w >= 0)
     if not len(pos):
-        return list(enc["input_ids"]), w, []
+        return list(enc["input_ids"]), w, np.zeros((0, 2), dtype=np.int64)
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     _, first, inverse = np.unique(w[pos], return_index=True, return_inverse=True)
     last = len(pos) - 1 - np.unique(w[pos][::-1], return_index=True)[1]     # each word's last piece
@@ -444,7 +449,7 @@ def _encode_words(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[list[i
     spans = np.empty((len(first), 2), dtype=np.int64)
     spans[rank, 0], spans[rank, 1] = offsets[pos[first], 0], offsets[pos[last], 1]
     w[pos] = rank[inverse]
-    return list(enc["input_ids"]), w, spans.tolist()
+    return list(enc["input_ids"]), w, spans
 
 
 @functools.lru_cache(maxsize=8)
@@ -458,7 +463,7 @@ def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], li
     raise ValueError("cannot locate the special tokens added by this tokenizer")
 
 
-def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: np.ndarray, spans: list,
+def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: np.ndarray, spans: np.ndarray,
            template: tuple[list[int], list[int]]) -> WordAlignment:
     """The :class:`WordAlignment` of the pieces ``ids`` (word ids ``wids``, -1 for none) of ``text``
     (words normalised here, only those used, renumbered in order)."""
@@ -468,7 +473,7 @@ def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: 
     body = np.where(wids >= 0, np.searchsorted(local, wids), -1)
     index = np.concatenate([np.full(len(prefix), -1), body, np.full(len(suffix), -1)]).astype(np.int64)
     return WordAlignment(np.asarray(full, dtype=np.int64), tuple(tokenizer.convert_ids_to_tokens(full)), index,
-                         tuple(_deaccent(text[spans[w][0]:spans[w][1]].lower()) for w in local.tolist()))
+                         tuple(_deaccent(text[a:b].lower()) for a, b in spans[local].tolist()))
 
 
 def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> WordAlignment:
@@ -863,13 +868,18 @@ def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 def _map_batches(fn: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  chunks: list[tuple[int, WordAlignment]], batch_size: int) -> list[Any]:
     """``fn(offset, batch, attentions)`` for the batches of ``batch_size`` passages (``offset``: index of the
-    batch's first passage), the forward passes spread over worker processes by
-    :func:`topicmech.utils.parallel_map` (forked on Linux: the workers share the loaded model)."""
+    batch's first passage), the forward passes spread over forked worker processes (:func:`_forked_map`)."""
     batch_size = check_positive_int("batch_size", batch_size)
     model.eval()
-    return parallel_map(lambda b0: fn(b0, chunks[b0:b0 + batch_size],
-                                      _attentions(model, tokenizer, chunks[b0:b0 + batch_size])),
-                        range(0, len(chunks), batch_size))
+    return _forked_map(lambda b0: fn(b0, chunks[b0:b0 + batch_size],
+                                     _attentions(model, tokenizer, chunks[b0:b0 + batch_size])),
+                       range(0, len(chunks), batch_size))
+
+
+def _forked_map(fn: Any, items: Iterable[Any]) -> list[Any]:
+    """:func:`topicmech.utils.parallel_map` where its workers are forked (they share what is loaded, and a
+    script needs no ``if __name__ == "__main__"`` guard), else a plain loop."""
+    return parallel_map(fn, items, n_jobs=None if start_method() == "fork" else 1)
 
 
 def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
