@@ -125,6 +125,27 @@ def test_attention_by_relation_on_a_handmade_pattern():
     assert r.topic_ratio == pytest.approx(r.same_topic / r.diff_topic)
 
 
+def test_relation_reader_reads_many_patterns_on_one_batch():
+    tm = SimplifiedTopicModel(3, 3, 2)
+    inputs, _ = bert_mask(tm.sample(6, 10, seed=0), tm.vocab_size, seed=1)
+    read = probes.relation_reader(inputs, tm.topic_of_word)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        pattern = torch.softmax(torch.randn(6, 10, 10, generator=gen), dim=-1)
+        pairs, same_word, same_topic = probes.pair_relations(pattern, inputs, tm.topic_of_word)
+        eye = torch.eye(10, dtype=torch.bool)
+        direct = [10 * float(pattern[m].double().mean()) for m in (pairs & eye, pairs & same_word & ~eye,
+                                                                   pairs & same_topic & ~same_word, pairs & ~same_topic)]
+        assert list(read(pattern)) == pytest.approx(direct, rel=1e-12)
+    pattern[inputs == tm.mask_id] = math.nan                      # rows of [MASK] queries enter no relation
+    assert not any(math.isnan(x) for x in read(pattern))
+    pattern[0, 0, 0] = math.nan
+    r = read(pattern)
+    assert math.isnan(r.self_) == bool(inputs[0, 0] < tm.vocab_size) and not math.isnan(r.diff_topic)
+    with pytest.raises(ValueError, match="pattern must have shape"):
+        read(pattern[:, :5])
+
+
 def test_attention_by_relation_missing_relation_is_nan():
     inputs = torch.tensor([[0, 2, 3]])                    # no repeated word
     r = attention_by_relation(torch.full((1, 3, 3), 1 / 3), inputs, TOPIC)

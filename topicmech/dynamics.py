@@ -19,7 +19,7 @@ from torch import nn
 from . import theory
 from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
 from .model import OneLayerTransformer
-from .probes import AttentionByRelation, attention_by_relation, block_means, topic_contrasts
+from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
@@ -120,13 +120,15 @@ def standard_probes(
     probes["kq_same_word"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_word"]
     probes["kq_same_topic"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_topic"]
     cache: dict[str, Any] = {"key": None, "value": None}
+    read = relation_reader(inputs, topic)                                       # the batch's pairs, classified once
 
     def attention(m: nn.Module) -> AttentionByRelation:
         # one forward pass for both attention probes, redone only when a parameter changed
         # in place since the last call (torch bumps ._version)
         key = (id(m), tuple(p._version for p in m.parameters()))
         if cache["key"] != key:
-            cache["key"], cache["value"] = key, attention_stats(m, inputs, topic, selected)
+            with torch.no_grad():
+                cache["key"], cache["value"] = key, read(m.attention_pattern(inputs, selected))
         return cache["value"]
 
     probes["attention"] = lambda m: np.asarray(attention(m), dtype=float)

@@ -155,19 +155,7 @@ class OneLayerTransformer(nn.Module):
         hidden keys at ``-inf``; ``"attn.pattern"``, rows sum to 1 (0 without a visible key);
         ``"attn.out"`` (batch, N, d); ``"logits"`` (batch, N, D)."""
         inputs = _check_inputs(inputs, self.num_tokens)
-        B, N = inputs.shape
-        h = self.W_E.T[inputs]                                                    # (B, N, d)
-        q = h @ self.W_Q.T                                                        # (B, N, d)
-        k = h @ self.W_K.T                                                        # (B, N, d)
-        scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
-        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
-        any_key = visible.any(dim=1)                                              # (B,)
-        if bool(any_key.all()):                                                   # the usual case
-            pattern = torch.softmax(scores, dim=-1)
-        else:
-            pattern = torch.softmax(scores.masked_fill(~any_key[:, None, None], 0.0), dim=-1)
-            pattern = pattern * any_key[:, None, None]                            # no key -> zero output
+        h, scores, pattern = self._attend(inputs, selected)
         mixed = pattern @ h                                                       # (B, N, d)
         out = mixed @ self.W_V.T                                                  # (B, N, d)
         logits = out @ self.unembedding.T                                         # (B, N, D)
@@ -187,8 +175,25 @@ class OneLayerTransformer(nn.Module):
         return logits[:, None, :].expand(B, N, self.num_tokens)
 
     def attention_pattern(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        """Attention weights, shape ``(batch, query, key)``."""
-        return self.run_with_cache(inputs, selected)["attn.pattern"]
+        """Attention weights, shape ``(batch, query, key)``, as in :meth:`run_with_cache` (without the
+        value, head and logits)."""
+        return self._attend(_check_inputs(inputs, self.num_tokens), selected)[2]
+
+    def _attend(self, inputs: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """Embeddings, scores and pattern of :meth:`run_with_cache` for checked ``inputs``."""
+        h = self.W_E.T[inputs]                                                    # (B, N, d)
+        q = h @ self.W_Q.T                                                        # (B, N, d)
+        k = h @ self.W_K.T                                                        # (B, N, d)
+        scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
+        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
+        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
+        any_key = visible.any(dim=1)                                              # (B,)
+        if bool(any_key.all()):                                                   # the usual case
+            pattern = torch.softmax(scores, dim=-1)
+        else:
+            pattern = torch.softmax(scores.masked_fill(~any_key[:, None, None], 0.0), dim=-1)
+            pattern = pattern * any_key[:, None, None]                            # no key -> zero output
+        return h, scores, pattern
 
     def extra_repr(self) -> str:
         return (f"D={self.num_tokens}, d={self.d_model}, embedding={self.embedding!r}, attention={self.attention!r}, "

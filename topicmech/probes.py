@@ -6,6 +6,7 @@ Pairs of tokens fall into three relations, the orbits of the topic model's symme
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from .utils import as_float64
 
 __all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation", "AttentionByRelation",
-           "pair_relations", "masked_means", "topic_contrasts"]
+           "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
 
 
 class BlockMeans(NamedTuple):
@@ -97,13 +98,18 @@ def pair_relations(
     ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape (batch, N)
     with ids in ``[0, V]``; ``topic_of_word``: shape (V,). ``ValueError`` naming the bad argument.
     """
+    relations = _pair_relations(inputs, topic_of_word)
+    if not isinstance(pattern, torch.Tensor) or pattern.shape != (inputs.shape[0], inputs.shape[1], inputs.shape[1]):
+        raise ValueError(f"pattern must have shape (batch, N, N) matching inputs {tuple(inputs.shape)}, "
+                         f"got {tuple(getattr(pattern, 'shape', ()))}")
+    return relations
+
+
+def _pair_relations(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if (not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 or inputs.dtype.is_floating_point
             or inputs.dtype.is_complex or inputs.dtype == torch.bool):
         got = f"{getattr(inputs, 'dtype', type(inputs).__name__)} of shape {tuple(getattr(inputs, 'shape', ()))}"
         raise ValueError(f"inputs must be a LongTensor of shape (batch, N), got {got}")
-    if not isinstance(pattern, torch.Tensor) or pattern.shape != (inputs.shape[0], inputs.shape[1], inputs.shape[1]):
-        raise ValueError(f"pattern must have shape (batch, N, N) matching inputs {tuple(inputs.shape)}, "
-                         f"got {tuple(getattr(pattern, 'shape', ()))}")
     topic_of_word = torch.as_tensor(topic_of_word)
     if topic_of_word.dim() != 1 or topic_of_word.numel() == 0:
         raise ValueError(f"topic_of_word must be a non-empty 1-D tensor, got shape {tuple(topic_of_word.shape)}")
@@ -135,10 +141,35 @@ def attention_by_relation(
 
     ``pattern``: weights of shape (batch, query, key); ``inputs``: LongTensor of shape
     (batch, N), of which only pairs of real words (id < V) count; ``topic_of_word``: shape (V,).
-    A relation without pairs gives nan.
+    A relation without pairs gives nan. To read many patterns on one batch, build the
+    reader once with :func:`relation_reader`.
     """
-    pairs, same_word, same_topic = pair_relations(pattern, inputs, topic_of_word)
+    return relation_reader(inputs, topic_of_word)(pattern)
+
+
+def relation_reader(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> Callable[[torch.Tensor], AttentionByRelation]:
+    """:func:`attention_by_relation` on the fixed batch ``inputs``, as a function of the pattern alone: the
+    relations of every (query, key) pair are classified once, and each reading is one product of the
+    pattern with four weight vectors (a training probe reads hundreds of patterns on one batch)."""
+    pairs, same_word, same_topic = _pair_relations(inputs, topic_of_word)
     eye = torch.eye(inputs.shape[1], dtype=torch.bool)[None]
-    means = masked_means(pattern, [pairs & eye, pairs & same_word & ~eye, pairs & same_topic & ~same_word,
-                                   pairs & ~same_topic])
-    return AttentionByRelation(*(m * inputs.shape[1] for m in means))
+    masks = torch.stack([pairs & eye, pairs & same_word & ~eye, pairs & same_topic & ~same_word,
+                         pairs & ~same_topic]).flatten(1)                       # (4, B * N * N)
+    counts = masks.sum(1)
+    member = masks.to(torch.float64)
+    weights = member * (inputs.shape[1] / counts.clamp(min=1).to(torch.float64))[:, None]   # mean, times N
+    empty = counts == 0
+    shape = (inputs.shape[0], inputs.shape[1], inputs.shape[1])
+
+    def read(pattern: torch.Tensor) -> AttentionByRelation:
+        if not isinstance(pattern, torch.Tensor) or pattern.shape != shape:
+            raise ValueError(f"pattern must have shape (batch, N, N) = {shape} matching inputs, "
+                             f"got {tuple(getattr(pattern, 'shape', ()))}")
+        values = pattern.detach().flatten().to(torch.float64)
+        nan = values.isnan()
+        means = weights @ values.masked_fill(nan, 0.0)
+        if bool(nan.any()):                                                     # a nan counts in its relations only
+            means = means.masked_fill(member @ nan.to(torch.float64) > 0, torch.nan)
+        return AttentionByRelation(*means.masked_fill(empty, torch.nan).tolist())
+
+    return read

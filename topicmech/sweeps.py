@@ -19,7 +19,7 @@ from . import stage1, theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_model
 from .dynamics import Sweep, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
-from .probes import attention_by_relation, block_means
+from .probes import block_means, relation_reader
 from .stage2 import stage2_drive
 from .train import train
 from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
@@ -206,10 +206,11 @@ def head_attention(model: TwoLayerTransformer | OneLayerTransformer, inputs: tor
         patterns = [cache["attn.pattern"][:, None]]                                # (B, 1, query, key)
     else:
         patterns = [cache[f"blocks.{layer}.attn.pattern"] for layer in range(L)]   # each (B, H, query, key)
+    read = relation_reader(inputs, topic_of_word)                                  # pairs classified once
     out = np.empty((len(patterns), patterns[0].shape[1], 4))
     for layer, pat in enumerate(patterns):
         for head in range(pat.shape[1]):
-            out[layer, head] = tuple(attention_by_relation(pat[:, head], inputs, topic_of_word))
+            out[layer, head] = tuple(read(pat[:, head]))
     return out
 
 
