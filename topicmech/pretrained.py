@@ -984,6 +984,7 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     if not selections:
         raise ValueError("selections is empty")
     chunks = _passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
+
     def pooled(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         att = torch.stack(out, dim=1).double().mean(dim=(1, 2))              # (batch, P, P)
         return [(pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()

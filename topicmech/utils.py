@@ -74,7 +74,7 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
     ``fn`` and the items travel by cloudpickle and each worker imports torch (about 2 s), so by
     default a spawned pool has at most one worker per four items (none for fewer than eight items
     on two cores); a forked pool has up to one per item. Either way at most :func:`default_jobs`.
-    Each worker runs one torch thread with this process's ``TOPICMECH_MODE`` and
+    Each worker runs one torch thread and one BLAS thread with this process's ``TOPICMECH_MODE`` and
     ``TOPICMECH_SEED_OFFSET``, so a result that depends only on its item's seed is the same as in
     a serial run. Results travel back by pickling.
     """
@@ -115,6 +115,7 @@ def start_method() -> Literal["fork", "spawn"]:
     CUDA (a forked child cannot use it)."""
     return "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
 
+
 _WORKER_ENV = ("TOPICMECH_MODE", "TOPICMECH_SEED_OFFSET")
 
 
@@ -133,14 +134,17 @@ def map_seeded(fn: Callable[..., Any], tasks: list[tuple[int, dict[str, Any]]], 
 
 
 def _in_worker(job: tuple[int, int] | bytes, env: dict[str, str | None]) -> Any:
-    """Run one item of :func:`parallel_map` in a worker: one torch thread, the caller's run mode and
-    seed offset. ``job``: ``(call, index)`` in a forked worker, cloudpickled ``(fn, x)`` otherwise."""
+    """Run one item of :func:`parallel_map` in a worker: one torch thread and one BLAS thread, the
+    caller's run mode and seed offset. ``job``: ``(call, index)`` in a forked worker, cloudpickled ``(fn, x)`` otherwise."""
     for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
     torch.set_num_threads(1)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)    # NumPy's BLAS too: two workers with two BLAS threads each would crowd two cores
     if isinstance(job, tuple):
         fn, items = _FORKED[job[0]]
         return fn(items[job[1]])
