@@ -79,7 +79,11 @@ def test_parallel_map_matches_a_list_comprehension(monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:                                                       # the worker's wrapper itself sets one thread
-        assert utils._in_worker(cloudpickle.dumps((lambda x: torch.get_num_threads(), 0)), {}) == 1
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(None):                          # restores this process's BLAS threads after
+            utils._init_worker({}, cloudpickle.dumps(lambda x: torch.get_num_threads()))
+            assert utils._in_worker(cloudpickle.dumps(0)) == 1
     finally:
         torch.set_num_threads(threads)
     monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "7")           # workers see the caller's current offset

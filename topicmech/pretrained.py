@@ -150,7 +150,7 @@ def load_wikipedia_sample(path: str | os.PathLike | None = None, *, min_words: i
         pages = ((title, markup) for title, markup, _pageid in extract_pages(fh, filter_namespaces=("0",))
                  if not markup.lstrip().lower().startswith("#redirect"))
         while max_docs is None or len(texts) < max_docs:
-            block = list(itertools.islice(pages, 64))      # cleaning dominates: 64 articles at a time in workers
+            block = list(itertools.islice(pages, 256))     # cleaning dominates: 256 articles at a time in workers
             if not block:
                 break
             for (title, _), text in zip(block, _forked_map(clean_wiki_markup, [m for _, m in block])):
@@ -896,7 +896,7 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
     def restrict(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         # NumPy arrays: they travel back from a worker by plain pickling
-        return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).numpy()
+        return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy()
                 for i, ix in enumerate(map(torch.as_tensor, sels[b0:b0 + len(batch)]))]
 
     atts = [torch.from_numpy(a) for part in _map_batches(restrict, model, tokenizer, chunks, batch_size) for a in part]

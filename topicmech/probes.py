@@ -125,13 +125,26 @@ def _pair_relations(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> tuple[
 
 
 def masked_means(pattern: torch.Tensor, masks: list[torch.Tensor]) -> list[float]:
-    """Mean of ``pattern`` over each BoolTensor of ``masks`` (same shape), nan for an empty mask; one
-    vectorised sum in float64 instead of a boolean gather per mask."""
-    stacked = torch.stack(masks).flatten(1)                                    # (masks, elements)
-    values = pattern.detach().flatten().to(torch.float64)
-    sums = torch.where(stacked, values, 0.0).sum(1)                            # an entry counts only in its masks
-    counts = stacked.sum(1)
-    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.nan).tolist()
+    """Mean of ``pattern`` over each BoolTensor of ``masks`` (same shape), nan for an empty mask or one
+    that holds a nan; one product of the pattern with a weight vector per mask."""
+    return _mask_reader(torch.stack(masks).flatten(1), 1.0)(pattern.flatten())
+
+
+def _mask_reader(masks: torch.Tensor, scale: float) -> Callable[[torch.Tensor], list[float]]:
+    """``scale`` times the mean of a flat tensor over each row of the BoolTensor ``masks`` (masks, elements)."""
+    counts = masks.sum(1)
+    weights = masks.to(torch.float64) * (scale / counts.clamp(min=1).to(torch.float64))[:, None]
+    empty = counts == 0
+
+    def read(values: torch.Tensor) -> list[float]:
+        values = values.detach().to(torch.float64)
+        nan = values.isnan()
+        means = weights @ values.masked_fill(nan, 0.0)
+        if bool(nan.any()):                                                     # a nan counts in its masks only
+            means = means.masked_fill((masks & nan).any(1), torch.nan)
+        return means.masked_fill(empty, torch.nan).tolist()
+
+    return read
 
 
 def attention_by_relation(
@@ -155,21 +168,13 @@ def relation_reader(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> Callab
     eye = torch.eye(inputs.shape[1], dtype=torch.bool)[None]
     masks = torch.stack([pairs & eye, pairs & same_word & ~eye, pairs & same_topic & ~same_word,
                          pairs & ~same_topic]).flatten(1)                       # (4, B * N * N)
-    counts = masks.sum(1)
-    member = masks.to(torch.float64)
-    weights = member * (inputs.shape[1] / counts.clamp(min=1).to(torch.float64))[:, None]   # mean, times N
-    empty = counts == 0
+    means = _mask_reader(masks, float(inputs.shape[1]))                         # mean, times N
     shape = (inputs.shape[0], inputs.shape[1], inputs.shape[1])
 
     def read(pattern: torch.Tensor) -> AttentionByRelation:
         if not isinstance(pattern, torch.Tensor) or pattern.shape != shape:
             raise ValueError(f"pattern must have shape (batch, N, N) = {shape} matching inputs, "
                              f"got {tuple(getattr(pattern, 'shape', ()))}")
-        values = pattern.detach().flatten().to(torch.float64)
-        nan = values.isnan()
-        means = weights @ values.masked_fill(nan, 0.0)
-        if bool(nan.any()):                                                     # a nan counts in its relations only
-            means = means.masked_fill(member @ nan.to(torch.float64) > 0, torch.nan)
-        return AttentionByRelation(*means.masked_fill(empty, torch.nan).tolist())
+        return AttentionByRelation(*means(pattern.flatten()))
 
     return read

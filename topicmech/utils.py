@@ -6,6 +6,7 @@ Every chapter's first code cell calls :func:`setup_notebook`.
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import os
 import random
@@ -90,23 +91,25 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
 
     env = {k: os.environ.get(k) for k in _WORKER_ENV}   # as they are now, whatever the workers inherited
     if method == "fork":    # the workers inherit fn and the items: only their indices travel
-        key = object()
-        _FORKED[id(key)] = (fn, items)
-        jobs: list[Any] = [(id(key), i) for i in range(len(items))]
-    else:                   # fresh interpreters: fn and each item travel by value
+        call = next(_CALLS)
+        _FORKED[call] = (fn, items)
+        fn_bytes, jobs = None, [(call, i) for i in range(len(items))]
+    else:                   # fresh interpreters: fn (once per worker) and the items travel by value
         import cloudpickle
 
-        jobs = [cloudpickle.dumps((fn, x)) for x in items]
+        fn_bytes, jobs = cloudpickle.dumps(fn), [cloudpickle.dumps(x) for x in items]
     try:
-        with ProcessPoolExecutor(max_workers=min(n_jobs, len(items)),
-                                 mp_context=multiprocessing.get_context(method)) as pool:
-            return list(pool.map(_in_worker, jobs, [env] * len(jobs)))
+        with ProcessPoolExecutor(max_workers=min(n_jobs, len(items)), mp_context=multiprocessing.get_context(method),
+                                 initializer=_init_worker, initargs=(env, fn_bytes)) as pool:
+            return list(pool.map(_in_worker, jobs))
     finally:
         if method == "fork":
-            del _FORKED[id(key)]
+            del _FORKED[call]
 
 
 _FORKED: dict[int, tuple[Callable[[Any], Any], list[Any]]] = {}   # the calls of parallel_map that fork now
+_CALLS = itertools.count()
+_WORKER_FN: Callable[[Any], Any] | None = None                       # fn of a spawned worker
 
 
 def start_method() -> Literal["fork", "spawn"]:
@@ -133,9 +136,11 @@ def map_seeded(fn: Callable[..., Any], tasks: list[tuple[int, dict[str, Any]]], 
     return parallel_map(lambda t: call_seeded(fn, t[0], t[1], reseed), tasks, n_jobs=n_jobs)
 
 
-def _in_worker(job: tuple[int, int] | bytes, env: dict[str, str | None]) -> Any:
-    """Run one item of :func:`parallel_map` in a worker: one torch thread and one BLAS thread, the
-    caller's run mode and seed offset. ``job``: ``(call, index)`` in a forked worker, cloudpickled ``(fn, x)`` otherwise."""
+def _init_worker(env: dict[str, str | None], fn_bytes: bytes | None) -> None:
+    """Set up a worker of :func:`parallel_map` once: the caller's run mode and seed offset, one torch
+    thread and one BLAS thread (two workers with two BLAS threads each would crowd two cores), and
+    in a spawned worker the cloudpickled ``fn``."""
+    global _WORKER_FN
     for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
@@ -144,14 +149,22 @@ def _in_worker(job: tuple[int, int] | bytes, env: dict[str, str | None]) -> Any:
     torch.set_num_threads(1)
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(1)    # NumPy's BLAS too: two workers with two BLAS threads each would crowd two cores
+    threadpool_limits(1)
+    if fn_bytes is not None:
+        import cloudpickle
+
+        _WORKER_FN = cloudpickle.loads(fn_bytes)
+
+
+def _in_worker(job: tuple[int, int] | bytes) -> Any:
+    """One item of :func:`parallel_map`: ``(call, index)`` in a forked worker, a cloudpickled item in a
+    spawned one."""
     if isinstance(job, tuple):
         fn, items = _FORKED[job[0]]
         return fn(items[job[1]])
     import cloudpickle
 
-    fn, x = cloudpickle.loads(job)
-    return fn(x)
+    return _WORKER_FN(cloudpickle.loads(job))
 
 
 def seed_offset() -> int:
