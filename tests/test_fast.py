@@ -56,6 +56,8 @@ def test_matches_train_closed_form_gradient(docs, loss, attend_to_masked, optimi
     {"head": "learned"},
     {"embedding": "learned", "head": "tied", "d_model": 8},
     {"value": "learned", "head": "identity", "l2": 1e-3},
+    {"embedding": "learned", "head": "tied", "d_model": 8, "bias": True},
+    {"value": "learned", "head": "identity", "bias": True},        # no closed-form step with a bias
 ])
 def test_matches_train_autograd(docs, kw):
     kw = dict(kw)

@@ -29,10 +29,11 @@ def configs():
         yield dict(embedding=emb, value=val, head=head, d_model=D if emb == "one_hot" or head == "identity" else 8)
     yield dict(embedding="learned", value="learned", head="tied", d_model=D)     # learned, full width
     yield dict(embedding="learned", value="learned", head="learned", d_model=30)  # wider than D
+    yield dict(embedding="learned", value="learned", head="tied", d_model=8, bias=True)   # trained logit bias
 
 
 CONFIGS = list(configs())
-IDS = ["{embedding}-{value}-{head}-d{d_model}".format(**c) for c in CONFIGS]
+IDS = ["{embedding}-{value}-{head}-d{d_model}".format(**c) + ("-bias" if c.get("bias") else "") for c in CONFIGS]
 
 
 def model64(cfg: dict, attend_to_masked: bool, seed: int = 1) -> OneLayerTransformer:

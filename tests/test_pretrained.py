@@ -6,6 +6,7 @@ by a stub that returns a known attention pattern.
 
 from __future__ import annotations
 
+import collections
 from types import SimpleNamespace
 
 import numpy as np
@@ -62,6 +63,20 @@ def test_chunk_text_respects_limit_and_word_boundaries(tok):
     assert sum((c.words for c in chunks), ()) == full.words
     with pytest.raises(ValueError, match="max_pieces"):
         tp.chunk_text(tok, text, max_pieces=2)
+
+
+def test_encodings_in_forked_workers_match_and_are_kept(tok, monkeypatch):
+    texts = [f"Passage {i}: topic models, attention heads and the cricket season of {1990 + i}." for i in range(6)]
+    monkeypatch.setattr(tp, "_ENCODINGS", collections.OrderedDict())
+    monkeypatch.setattr(tp, "_PARALLEL_CHARS", 0)                    # workers even for short texts
+    monkeypatch.setattr(tp, "_ENCODINGS_KEPT", 4)
+    got = tp._encodings(tok, texts + texts[:2])
+    for t, (ids, w, spans) in zip(texts + texts[:2], got):
+        want = tp._encode_words(tok, t)
+        assert ids == want[0] and np.array_equal(w, want[1]) and np.array_equal(spans, want[2])
+    assert len(tp._ENCODINGS) == 6                                   # one call keeps all it returns
+    tp._encodings(tok, texts[:1])
+    assert len(tp._ENCODINGS) == 4 and (id(tok), texts[0]) in tp._ENCODINGS   # then the most recent
 
 
 def test_single_piece_words(tok):

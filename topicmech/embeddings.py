@@ -4,7 +4,7 @@ The prediction at a selected position is ``f = W_U W_E xbar`` with an identity h
 (``W_U = I``, ``d = D``) or a tied head (``W_U = W_E^T``). Here: the training recipe
 (:func:`embedding_model`, :func:`train_in_phases`), probes of a learned embedding, the tied-head
 optimum through the symmetry algebra (:func:`tied_embedding_blocks`) and the authors' tied head
-with a bias (:class:`TiedBiasModel`, :func:`tied_bias_optimum`). Columns of ``W_E`` are embeddings.
+with a logit bias (``embedding_model(..., bias=True)``, :func:`tied_bias_optimum`). Columns of ``W_E`` are embeddings.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .utils import as_float64, check_positive_int, spawn_seeds
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "train_in_phases", "topic_spread", "TopicCosines",
-    "topic_cosines", "normalized_gram", "TiedBlocks", "tied_embedding_blocks", "TiedBiasModel", "weighted_topic_gap",
+    "topic_cosines", "normalized_gram", "TiedBlocks", "tied_embedding_blocks", "weighted_topic_gap",
     "TiedBiasOptimum", "tied_bias_optimum",
 ]
 
@@ -52,19 +52,15 @@ def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Litera
 
     ``num_tokens`` is ``D``; ``d_model`` must be ``D`` (the default) for ``head="identity"``
     (``W_U = I``; ``"tied"``: ``W_U = W_E^T``). ``init_scale`` defaults to 0.1 for the tied head
-    (``W_E = 0`` is a saddle) and 0.01 for the identity head. ``bias=True`` returns a
-    :class:`TiedBiasModel` (a trained bias ``b``, the authors' ``b^pred``).
+    (``W_E = 0`` is a saddle) and 0.01 for the identity head. ``bias=True`` adds a trained logit
+    bias ``b_pred`` (the authors' ``b^pred``).
     """
     if head not in ("tied", "identity"):
         raise ValueError(f"head must be 'tied' or 'identity', got {head!r}")
-    if not isinstance(bias, bool):
-        raise ValueError(f"bias must be True or False, got {bias!r}")
     if init_scale is None:
         init_scale = 0.1 if head == "tied" else 0.01
-    return (TiedBiasModel if bias else OneLayerTransformer)(
-        num_tokens, d_model=d_model, embedding="learned", attention="uniform", value="identity", head=head,
-        attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed,
-    )
+    return OneLayerTransformer(num_tokens, d_model=d_model, embedding="learned", attention="uniform", value="identity",
+                               head=head, attend_to_masked=attend_to_masked, init_scale=init_scale, bias=bias, seed=seed)
 
 
 def _check_phases(name: str, phases: object, lr_first: bool = False) -> tuple[tuple[int, float], ...]:
@@ -316,27 +312,6 @@ def tied_embedding_blocks(Sigma: np.ndarray, C: np.ndarray, num_topics: int, wor
         mask_col=float(M2[0, 1] / math.sqrt(V)), mask_mask=float(M2[1, 1]),
         loss=float(-gain),
     )
-
-
-class TiedBiasModel(OneLayerTransformer):
-    """:class:`~topicmech.model.OneLayerTransformer` plus a trained logit bias ``b_pred`` (the authors' ``b^pred``, initially 0).
-
-    Build it with ``embedding_model(..., bias=True)``.
-    """
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.b_pred = torch.nn.Parameter(torch.zeros(self.num_tokens))
-
-    def run_with_cache(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """As the parent's, with ``b_pred`` added to ``"logits"``."""
-        cache = super().run_with_cache(inputs, selected)
-        cache["logits"] = cache["logits"] + self.b_pred
-        return cache
-
-    def forward(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits plus ``b_pred``, shape ``(batch, N, D)``."""
-        return super().forward(inputs, selected) + self.b_pred
 
 
 def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words_per_topic: int) -> float:

@@ -140,10 +140,11 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
 
 
 def _logits_from_xbar(model: nn.Module, xbar: torch.Tensor) -> torch.Tensor:
-    """``z = W_U W_V W_E xbar`` on row vectors, skipping fixed identity factors (exact)."""
+    """``z = W_U W_V W_E xbar (+ b_pred)`` on row vectors, skipping fixed identity factors (exact)."""
     h = xbar if model.embedding == "one_hot" else xbar @ model.W_E.T                # (B, d)
     out = h if model.value == "identity" else h @ model.W_V.T                      # (B, d)
-    return out if model.head == "identity" else out @ model.unembedding.T          # (B, D)
+    z = out if model.head == "identity" else out @ model.unembedding.T             # (B, D)
+    return z if model.b_pred is None else z + model.b_pred
 
 
 def uniform_loss(z: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, kind: LossKind, n_total: float) -> torch.Tensor:
@@ -306,7 +307,7 @@ def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
 def _value_only(model: nn.Module, params: list[torch.Tensor]) -> bool:
     """``W_V`` is the only trained matrix and ``z = xbar W_V^T`` (closed-form gradient)."""
     return (model.embedding == "one_hot" and model.head == "identity" and model.value == "learned"
-            and len(params) == 1 and params[0] is model.W_V)
+            and model.b_pred is None and len(params) == 1 and params[0] is model.W_V)
 
 
 def _value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, n_total: float,

@@ -74,11 +74,14 @@ class OneLayerTransformer(nn.Module):
         Whether selected positions are keys (``False``: the authors' code).
     init_scale : float
         Standard deviation of the Gaussian initialisation of every learned matrix.
+    bias : bool
+        Add a trained logit bias ``b_pred`` (shape ``(D,)``, initially 0; the authors' ``b^pred``) to
+        every position's logits; without it ``b_pred`` is None.
     """
 
     def __init__(self, num_tokens: int, d_model: int | None = None, *, embedding: Embedding = "one_hot",
                  attention: Attention = "uniform", value: Value = "learned", head: Head = "identity",
-                 attend_to_masked: bool = True, init_scale: float = 0.01, seed: int = 0) -> None:
+                 attend_to_masked: bool = True, init_scale: float = 0.01, bias: bool = False, seed: int = 0) -> None:
         super().__init__()
         D = check_positive_int("num_tokens", num_tokens)
         d = D if d_model is None else check_positive_int("d_model", d_model)
@@ -115,6 +118,9 @@ class OneLayerTransformer(nn.Module):
             self.W_U = init(D, d)
         elif head == "identity":
             self.register_buffer("W_U_fixed", torch.eye(D))
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias must be True or False, got {bias!r}")
+        self.b_pred = nn.Parameter(torch.zeros(D)) if bias else None
 
     @property
     def unembedding(self) -> torch.Tensor:
@@ -159,6 +165,8 @@ class OneLayerTransformer(nn.Module):
         mixed = pattern @ h                                                       # (B, N, d)
         out = mixed @ self.W_V.T                                                  # (B, N, d)
         logits = out @ self.unembedding.T                                         # (B, N, D)
+        if self.b_pred is not None:
+            logits = logits + self.b_pred
         return {"embed": h, "attn.scores": scores, "attn.pattern": pattern, "attn.out": out, "logits": logits}
 
     def forward(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
@@ -172,6 +180,8 @@ class OneLayerTransformer(nn.Module):
         counts = _token_counts(inputs, visible, self.num_tokens)                         # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
         logits = ((xbar @ self.W_E.T) @ self.W_V.T) @ self.unembedding.T                 # (B, D)
+        if self.b_pred is not None:
+            logits = logits + self.b_pred
         return logits[:, None, :].expand(B, N, self.num_tokens)
 
     def attention_pattern(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,7 +207,8 @@ class OneLayerTransformer(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"D={self.num_tokens}, d={self.d_model}, embedding={self.embedding!r}, attention={self.attention!r}, "
-                f"value={self.value!r}, head={self.head!r}, attend_to_masked={self.attend_to_masked}")
+                f"value={self.value!r}, head={self.head!r}, attend_to_masked={self.attend_to_masked}"
+                + (", bias=True" if self.b_pred is not None else ""))
 
 
 class TwoLayerTransformer(nn.Module):

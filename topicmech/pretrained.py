@@ -7,6 +7,7 @@ Importing the module sets ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` un
 from __future__ import annotations
 
 import bz2
+import collections
 import contextlib
 import functools
 import hashlib
@@ -483,14 +484,40 @@ def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_to
     return _build(tokenizer, text, ids, wids, spans, _special_template(tokenizer) if add_special_tokens else ([], []))
 
 
-@functools.lru_cache(maxsize=256)  # tokenizing a long article is slow, and the statistics reuse the documents
+_ENCODINGS: collections.OrderedDict = collections.OrderedDict()  # (id(tokenizer), text) -> (tokenizer, encoding)
+_ENCODINGS_KEPT = 256           # documents; the statistics of a page reuse the same few hundred
+_PARALLEL_CHARS = 200_000       # about 0.15 s of tokenizing: more than a pool of forked workers costs
+
+
+def _encodings(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
+    """:func:`_encode_words` of each text, the last ones kept (tokenizing a long article is slow, and the statistics
+    reuse the documents); new texts are tokenized in forked workers when they are long enough to pay for them."""
+    def key(t: str) -> tuple[int, str]:
+        return id(tokenizer), t
+
+    todo = [t for t in dict.fromkeys(texts)
+            if key(t) not in _ENCODINGS or _ENCODINGS[key(t)][0] is not tokenizer]   # an id can be reused
+    encode = functools.partial(_encode_words, tokenizer)
+    new = _forked_map(encode, todo) if sum(map(len, todo)) > _PARALLEL_CHARS else [encode(t) for t in todo]
+    for t, enc in zip(todo, new):
+        _ENCODINGS[key(t)] = (tokenizer, enc)
+    out = []
+    for t in texts:
+        _ENCODINGS.move_to_end(key(t))
+        out.append(_ENCODINGS[key(t)][1])
+    while len(_ENCODINGS) > max(_ENCODINGS_KEPT, len(texts)):
+        _ENCODINGS.popitem(last=False)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
 def _chunks(tokenizer: PreTrainedTokenizerBase, text: str, max_pieces: int) -> tuple[list[list[int]], Any]:
     """Piece positions of each passage of :func:`chunk_text`, and a function that builds a passage from them."""
     template = _special_template(tokenizer)
     budget = max_pieces - len(template[0]) - len(template[1])
     if budget < 1:
         raise ValueError(f"max_pieces={max_pieces} leaves no room after the special tokens")
-    ids, w, spans = _encode_words(tokenizer, text)
+    ids, w, spans = _encodings(tokenizer, [text])[0]
     pos = np.flatnonzero(w >= 0)
     order = np.argsort(w[pos], kind="stable")                  # piece positions grouped by word, in order
     pos, ws = pos[order], w[pos][order]
@@ -839,6 +866,7 @@ def _passages(tokenizer: PreTrainedTokenizerBase, corpus: Corpus, max_pieces: in
     docs = np.arange(len(corpus))
     if max_docs is not None and len(corpus) > max_docs:
         docs = np.sort(rng.choice(len(corpus), size=max_docs, replace=False))
+    _encodings(tokenizer, [corpus.texts[d] for d in docs])     # tokenize the new documents together
     out = []
     for d in docs:
         chunks, build = _chunks(tokenizer, corpus.texts[d], int(max_pieces))
