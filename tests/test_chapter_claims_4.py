@@ -3,9 +3,9 @@
 Every claim the chapter asserts (book/04_value_matrix.md, quick mode) is re-checked here:
 the exact claims once (they are deterministic), over several parameter sets; the sampled
 and trained claims over ten seeds, in both visibility conventions, with the chapter's
-settings and margins. The chapter and these tests both pass the fixed schedules
-``stage1.SQUARED_SCHEDULE`` and ``stage1.CROSS_ENTROPY_SCHEDULE`` explicitly, so a change
-of the package's default schedule cannot make them drift apart. Trained and fitted block
+settings and margins. The chapter and these tests both pass the fixed phases
+``stage1.SQUARED_PHASES`` and ``stage1.CROSS_ENTROPY_PHASES`` explicitly, so a change
+of the package's default phases cannot make them drift apart. Trained and fitted block
 means are compared on relative scales (an absolute tolerance of 0.01 could not tell
 ``gamma* ~ -0.0014`` or ``mu* = 0.01`` from 0). ``TOPICMECH_SEED_OFFSET`` shifts every seed.
 """
@@ -262,7 +262,7 @@ def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact):
     """SGD from W^V = 0 on fresh documents: boost, topic contrast, gamma and mu on their own scales."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, schedule=stage1.SQUARED_SCHEDULE,
+    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, phases=stage1.SQUARED_PHASES,
                                     seed=seed, **MASKING)
     assert_within(relative_errors(run.final_blocks(), exact[si], si), TRAIN_MARGIN, (seed, si))
 
@@ -273,7 +273,7 @@ def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact)
 def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, dense):
     """Cross-entropy: same within-column pattern as the squared-loss optimum, no column drift."""
     run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, loss="cross_entropy",
-                                    schedule=stage1.CROSS_ENTROPY_SCHEDULE, seed=seed, **MASKING)
+                                    phases=stage1.CROSS_ENTROPY_PHASES, seed=seed, **MASKING)
     W = run.W_V
     assert np.abs(W.sum(axis=0)).max() < 1e-3
     assert stage1.column_topic_margin(W, T, V_PER) > 1.0
@@ -292,5 +292,5 @@ def test_ridge_training_reaches_the_ridge_optimum(seed, topic_model):
     """Exercise ex-value-ridge: with l2 = 1e-3 a short run lands on the ridge optimum."""
     predicted = theory.value_block_coefficients(**SETTING, attend_to_masked=True, l2=1e-3)
     run = stage1.train_value_matrix(topic_model, N, attend_to_masked=True, l2=1e-3,
-                                    schedule=((30.0, 250), (10.0, 150)), seed=seed, **MASKING)
+                                    phases=((250, 30.0), (150, 10.0)), seed=seed, **MASKING)
     assert_within(relative_errors(run.final_blocks(), predicted, True), RIDGE_MARGIN, seed)

@@ -1,6 +1,6 @@
 """Defaults come from the problem: every training helper converges with its defaults off the book's settings.
 
-Each helper that takes a learning rate or a schedule derives its default from the setting
+Each helper that takes a learning rate or learning-rate phases derives its default from the setting
 (the exact ``Sigma`` of the stage-1 problem, the exact stage-2 drive) or, where no safe
 rule exists, raises ValueError before training. The settings below are ones the book does
 not use. Tolerances were set at about three times the worst value measured over seeds
@@ -71,11 +71,11 @@ def test_sigma_eigenvalues_skip_the_null_space_at_infinite_length():
     assert 0 < lo <= hi
 
 
-def test_the_books_fixed_schedule_is_unstable_elsewhere():
+def test_the_books_fixed_phases_are_unstable_elsewhere():
     """Why the default is derived: lr 30 exceeds the limit 1 / lambda_max = 18 at T=6, v=5, N=40, p_m=0.2."""
     T, v, tau, N, pm = SETTINGS["T6v5"]
     _, hi = theory.sigma_eigenvalues(T, v, tau, N, pm, attend_to_masked=True)
-    assert stage1.SQUARED_SCHEDULE[0][0] > 1.5 / hi
+    assert stage1.SQUARED_PHASES[0][1] > 1.5 / hi
 
 
 # ----------------------------------------------------------------------------------------
@@ -86,19 +86,19 @@ def test_the_books_fixed_schedule_is_unstable_elsewhere():
 @pytest.mark.parametrize("name", list(SETTINGS))
 @pytest.mark.parametrize("si", [True, False])
 @pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
-def test_default_schedule_follows_the_rule(name, si, loss):
+def test_default_phases_follow_the_rule(name, si, loss):
     T, v, tau, N, pm = SETTINGS[name]
-    sched = stage1.default_schedule(tm.SimplifiedTopicModel(T, v, tau), N, loss=loss, attend_to_masked=si,
-                                    mask_prob=pm)
+    phases = stage1.default_phases(tm.SimplifiedTopicModel(T, v, tau), N, loss=loss, attend_to_masked=si,
+                                   mask_prob=pm)
     lo, hi = theory.sigma_eigenvalues(T, v, tau, N, pm, attend_to_masked=si)
-    lrs = [lr for lr, _ in sched]
+    lrs = [lr for _, lr in phases]
     limit = (4.0 if loss == "cross_entropy" else 1.0) / hi   # stability limit of the curvature bound
     assert lrs[0] == pytest.approx(stage1.SAFE_FRACTION * limit, rel=1e-12)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))            # decaying
     # the population gradient flow shrinks the slowest squared-loss component by 100
-    sq = stage1.default_schedule(tm.SimplifiedTopicModel(T, v, tau), N, attend_to_masked=si, mask_prob=pm)
-    assert math.exp(-sum(2 * lr * lo * n for lr, n in sq)) <= 1e-2
-    assert [n for _, n in sched] == [n for _, n in sq]
+    sq = stage1.default_phases(tm.SimplifiedTopicModel(T, v, tau), N, attend_to_masked=si, mask_prob=pm)
+    assert math.exp(-sum(2 * lr * lo * n for n, lr in sq)) <= 1e-2
+    assert [n for n, _ in phases] == [n for n, _ in sq]
 
 
 # visible keys at T6v5 and T12v2 need 683 and 1515 steps (about 5 and 15 s): slow
@@ -131,26 +131,26 @@ def test_train_value_matrix_default_cross_entropy_forms_the_blocks(name, si):
     assert stage1.contrast_correlation(run.W_V, W_star, T * v, include_mask_column=si) > 0.95
 
 
-def test_train_value_matrix_without_exact_moments_asks_for_a_schedule():
-    with pytest.raises(ValueError, match="schedule"):
+def test_train_value_matrix_without_exact_moments_asks_for_phases():
+    with pytest.raises(ValueError, match="phases"):
         stage1.train_value_matrix(_OtherTopicModel(3, 2), 8)
-    run = stage1.train_value_matrix(_OtherTopicModel(3, 2), 8, schedule=[(2.0, 3)])   # explicit: fine
+    run = stage1.train_value_matrix(_OtherTopicModel(3, 2), 8, phases=[(3, 2.0)])   # explicit: fine
     assert run.steps == 3
 
 
-def test_default_schedule_refuses_an_ill_conditioned_setting():
-    with pytest.raises(ValueError, match="schedule"):
-        stage1.default_schedule(tm.SimplifiedTopicModel(4, 3, 2), 200_000)
+def test_default_phases_refuse_an_ill_conditioned_setting():
+    with pytest.raises(ValueError, match="phases"):
+        stage1.default_phases(tm.SimplifiedTopicModel(4, 3, 2), 200_000)
     # a ridge lifts lambda_min and makes it affordable
-    sched = stage1.default_schedule(tm.SimplifiedTopicModel(4, 3, 2), 200_000, l2=1e-3)
-    assert sum(n for _, n in sched) < stage1.MAX_DEFAULT_STEPS
+    phases = stage1.default_phases(tm.SimplifiedTopicModel(4, 3, 2), 200_000, l2=1e-3)
+    assert sum(n for n, _ in phases) < stage1.MAX_DEFAULT_STEPS
 
 
-def test_default_schedule_for_lda_data():
+def test_default_phases_for_lda_data():
     lda = tm.LDATopicModel(4, 3, 0.5)
-    sched = stage1.default_schedule(lda, 16)
+    phases = stage1.default_phases(lda, 16)
     _, hi = stage1.sigma_range(lda, 16)
-    assert sched[0][0] == pytest.approx(0.5 / hi)
+    assert phases[0][1] == pytest.approx(0.5 / hi)
 
 
 # ----------------------------------------------------------------------------------------

@@ -146,6 +146,15 @@ def test_partition_and_general_paths_agree():
         np.testing.assert_allclose(a[k], b[k], rtol=1e-10)
 
 
+def test_resample_counts_are_bootstrap_multiplicities():
+    C = tp._resample_counts(7, 20_000, seed=3)
+    assert C.shape == (20_000, 7) and (C.sum(axis=1) == 7).all() and (C >= 0).all()
+    # Binomial(7, 1/7) per unit: mean 1, variance 6/7 (standard errors about 0.007 and 0.01)
+    np.testing.assert_allclose(C.mean(axis=0), 1.0, atol=0.04)
+    np.testing.assert_allclose(C.var(axis=0), 6 / 7, atol=0.06)
+    assert np.array_equal(C, tp._resample_counts(7, 20_000, seed=3))
+
+
 def test_embedding_ci_covers_truth_on_synthetic_data():
     """Words of topic t have vectors a u_t + noise: E[same] = a^2, E[diff] = 0."""
     a, d, T, n = 0.5, 32, 4, 120

@@ -20,7 +20,7 @@ def small_model() -> SimplifiedTopicModel:
 
 
 def test_train_value_matrix_shapes_and_probes(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, schedule=[(5.0, 7), (2.0, 5)], probe_every=3)
+    run = stage1.train_value_matrix(small_model, doc_len=8, phases=[(7, 5.0), (5, 2.0)], probe_every=3)
     assert run.W_V.shape == (D, D) and run.W_V.dtype == np.float64
     assert run.steps == 12 and run.loss.shape == (12,)
     assert run.blocks.shape == (len(run.probe_step), 4)
@@ -32,20 +32,20 @@ def test_train_value_matrix_shapes_and_probes(small_model):
 
 
 def test_train_value_matrix_is_deterministic(small_model):
-    a = stage1.train_value_matrix(small_model, doc_len=8, schedule=[(5.0, 10)], seed=3)
-    b = stage1.train_value_matrix(small_model, doc_len=8, schedule=[(5.0, 10)], seed=3)
-    c = stage1.train_value_matrix(small_model, doc_len=8, schedule=[(5.0, 10)], seed=4)
+    a = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=3)
+    b = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=3)
+    c = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=4)
     assert np.array_equal(a.W_V, b.W_V)
     assert not np.array_equal(a.W_V, c.W_V)
 
 
 def test_hidden_keys_never_train_the_mask_column(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, schedule=[(5.0, 10)], attend_to_masked=False)
+    run = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], attend_to_masked=False)
     assert np.all(run.W_V[:, V] == 0.0)
 
 
 def test_cross_entropy_keeps_column_sums_at_zero(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, loss="cross_entropy", schedule=[(20.0, 20)])
+    run = stage1.train_value_matrix(small_model, doc_len=8, loss="cross_entropy", phases=[(20, 20.0)])
     assert np.abs(run.W_V.sum(axis=0)).max() < 1e-5
     assert np.abs(run.W_V).max() > 1e-2
 
@@ -53,11 +53,11 @@ def test_cross_entropy_keeps_column_sums_at_zero(small_model):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(schedule=[]), "schedule"),
-        (dict(schedule=[(0.0, 5)]), "schedule"),
-        (dict(schedule=[(1.0, 0)]), "schedule"),
-        (dict(schedule=[(1.0, 2.5)]), "schedule"),
-        (dict(schedule="fast"), "schedule"),
+        (dict(phases=[]), "phases"),
+        (dict(phases=[(5, 0.0)]), "phases"),
+        (dict(phases=[(0, 1.0)]), "phases"),
+        (dict(phases=[(2.5, 1.0)]), "phases"),
+        (dict(phases="fast"), "phases"),
         (dict(loss="hinge"), "loss"),
         (dict(batch_size=0), "batch_size"),
         (dict(probe_every=0), "probe_every"),
@@ -67,7 +67,7 @@ def test_cross_entropy_keeps_column_sums_at_zero(small_model):
 )
 def test_train_value_matrix_rejects_bad_input(small_model, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        stage1.train_value_matrix(small_model, doc_len=8, **{"schedule": [(1.0, 1)], **kwargs})
+        stage1.train_value_matrix(small_model, doc_len=8, **{"phases": [(1, 1.0)], **kwargs})
 
 
 def test_train_value_matrix_rejects_non_topic_model():
@@ -130,15 +130,15 @@ def test_helpers_reject_bad_input(call, match):
         call()
 
 
-def test_default_schedule_is_what_train_value_matrix_runs(small_model):
-    sched = stage1.default_schedule(small_model, 8, attend_to_masked=False, mask_prob=0.3)
+def test_default_phases_are_what_train_value_matrix_runs(small_model):
+    phases = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3)
     run = stage1.train_value_matrix(small_model, doc_len=8, attend_to_masked=False, mask_prob=0.3)
-    assert run.schedule == sched
+    assert run.phases == phases
     _, hi = theory.sigma_eigenvalues(T, V_PER, TAU, 8, 0.3, attend_to_masked=False)
-    assert sched[0][0] == pytest.approx(stage1.SAFE_FRACTION / hi)
-    assert len(sched) == len(stage1.PHASE_DECAY) and min(n for _, n in sched) >= stage1.MIN_PHASE_STEPS
-    ridge = stage1.default_schedule(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
-    assert ridge[0][0] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
+    assert phases[0][1] == pytest.approx(stage1.SAFE_FRACTION / hi)
+    assert len(phases) == len(stage1.PHASE_DECAY) and min(n for n, _ in phases) >= stage1.MIN_PHASE_STEPS
+    ridge = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
+    assert ridge[0][1] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
 
 
 @pytest.mark.parametrize(
@@ -146,6 +146,6 @@ def test_default_schedule_is_what_train_value_matrix_runs(small_model):
     [(dict(loss="hinge"), "loss"), (dict(tol=0.0), "tol"), (dict(tol=1.5), "tol"), (dict(l2=-1.0), "l2"),
      (dict(mask_prob=1.5), "mask_prob")],
 )
-def test_default_schedule_rejects_bad_input(small_model, kwargs, match):
+def test_default_phases_reject_bad_input(small_model, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        stage1.default_schedule(small_model, 8, **kwargs)
+        stage1.default_phases(small_model, 8, **kwargs)

@@ -63,12 +63,11 @@ def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Litera
                                head=head, attend_to_masked=attend_to_masked, init_scale=init_scale, bias=bias, seed=seed)
 
 
-def _check_phases(name: str, phases: object, lr_first: bool = False) -> tuple[tuple[int, float], ...]:
-    """Validate a schedule of ``(steps, lr)`` pairs (``(lr, steps)`` if ``lr_first``); return ``(steps, lr)`` pairs."""
-    order = "(lr, steps)" if lr_first else "(steps, lr)"
-    bad = ValueError(f"{name} must be a non-empty sequence of {order} pairs, steps >= 1 and lr > 0, got {phases!r}")
+def _check_phases(name: str, phases: object) -> tuple[tuple[int, float], ...]:
+    """Validate ``(steps, lr)`` phases; return them as a tuple of ``(int, float)`` pairs."""
+    bad = ValueError(f"{name} must be a non-empty sequence of (steps, lr) pairs, steps >= 1 and lr > 0, got {phases!r}")
     try:
-        pairs = [tuple(p)[::-1] if lr_first else tuple(p) for p in phases]  # type: ignore[union-attr]
+        pairs = [tuple(p) for p in phases]  # type: ignore[union-attr]
         out = tuple((int(steps), float(lr)) for steps, lr in pairs)
     except (TypeError, ValueError):
         raise bad from None

@@ -1,7 +1,7 @@
 """Stage 1: train the value matrix ``W^V`` under frozen uniform attention and compare it with the optimum.
 
-:func:`train_value_matrix` trains ``W^V`` by plain SGD with a step-decay schedule of
-``(lr, steps)`` phases (by default :func:`default_schedule`, derived from the exact spectrum
+:func:`train_value_matrix` trains ``W^V`` by plain SGD with a step-decayed learning rate, in
+``(steps, lr)`` phases (by default :func:`default_phases`, derived from the exact spectrum
 of ``Sigma``); :func:`block_errors`, :func:`centre_columns`, :func:`contrast_correlation` and
 :func:`column_topic_margin` compare learned and exact matrices. Notation as in the book:
 ``V = T v`` words, ``[MASK]`` has id ``V``, ``D = V + 1``, ``W[output, input]``.
@@ -24,36 +24,36 @@ from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigen
 from .utils import as_float64, check_float, check_masking, check_positive_int
 
 __all__ = [
-    "SQUARED_SCHEDULE", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
-    "sigma_range", "default_schedule", "CROSS_ENTROPY_SCHEDULE", "DEFAULT_BATCH_SIZE", "StageOneRun",
+    "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
+    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
 
-Schedule = Sequence[tuple[float, int]]
+Phases = Sequence[tuple[int, float]]
 
-#: ``(lr, steps)`` phases for squared loss, fixed for the book's setting T = v = 10, tau = 2,
+#: ``(steps, lr)`` phases for squared loss, fixed for the book's setting T = v = 10, tau = 2,
 #: N = 64, visible keys (stability limit ``1 / lambda_max(Sigma) ~ 39``). Not the default:
-#: elsewhere 30 can exceed the limit; see :func:`default_schedule`.
-SQUARED_SCHEDULE: tuple[tuple[float, int], ...] = ((30.0, 500), (10.0, 400), (4.0, 300))
-#: ``(lr, steps)`` for cross-entropy, fixed for the book's setting; the run only shows the
+#: elsewhere 30 can exceed the limit; see :func:`default_phases`.
+SQUARED_PHASES: tuple[tuple[int, float], ...] = ((500, 30.0), (400, 10.0), (300, 4.0))
+#: ``(steps, lr)`` for cross-entropy, fixed for the book's setting; the run only shows the
 #: block pattern (the optimum has the ``[MASK]`` output row at minus infinity).
-CROSS_ENTROPY_SCHEDULE: tuple[tuple[float, int], ...] = ((100.0, 300),)
+CROSS_ENTROPY_PHASES: tuple[tuple[int, float], ...] = ((300, 100.0),)
 #: Documents per SGD step, by loss.
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
-#: First learning rate of :func:`default_schedule` as a fraction of ``1 / lambda_max`` (squared loss).
+#: First learning rate of :func:`default_phases` as a fraction of ``1 / lambda_max`` (squared loss).
 SAFE_FRACTION: float = 0.5
-#: Learning rate of each phase of :func:`default_schedule`, relative to the first.
+#: Learning rate of each phase of :func:`default_phases`, relative to the first.
 PHASE_DECAY: tuple[float, ...] = (1.0, 1.0 / 3.0, 1.0 / 10.0)
-#: Share of the steps spent in each phase of :func:`default_schedule`.
+#: Share of the steps spent in each phase of :func:`default_phases`.
 PHASE_SHARE: tuple[float, ...] = (0.4, 0.35, 0.25)
-#: A default schedule longer than this raises (pass a schedule or a ridge ``l2``).
+#: Default phases longer than this in total raise (pass ``phases`` or a ridge ``l2``).
 MAX_DEFAULT_STEPS: int = 50_000
-#: Smallest number of steps in a phase of :func:`default_schedule`.
+#: Smallest number of steps in a phase of :func:`default_phases`.
 MIN_PHASE_STEPS: int = 20
 
 
 def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, needs: str = "schedule") -> tuple[float, float]:
+                keep_prob: float = 0.1, random_prob: float = 0.1, needs: str = "phases") -> tuple[float, float]:
     """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` (word block with hidden keys).
 
     Parameters
@@ -87,12 +87,12 @@ def _check_loss(loss: object) -> None:
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
 
 
-def default_schedule(
+def default_phases(
     topic_model: TopicModel, doc_len: int, *, loss: Literal["squared", "cross_entropy"] = "squared",
     attend_to_masked: bool = True, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
     l2: float = 0.0, tol: float = 1e-2,
-) -> tuple[tuple[float, int], ...]:
-    """The ``(lr, steps)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
+) -> tuple[tuple[int, float], ...]:
+    """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
     With ``lambda_min, lambda_max`` from :func:`sigma_range` (plus ``l2``), the phases run at
     ``lr_1 = SAFE_FRACTION / lambda_max`` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
@@ -113,14 +113,14 @@ def default_schedule(
 
     Returns
     -------
-    schedule : tuple of (float, int)
-        Raises ValueError beyond :data:`MAX_DEFAULT_STEPS` steps (pass a schedule, or ``l2``).
+    phases : tuple of (int, float)
+        Raises ValueError beyond :data:`MAX_DEFAULT_STEPS` steps (pass ``phases``, or ``l2``).
 
     Examples
     --------
     >>> from topicmech.data import SimplifiedTopicModel
-    >>> sched = default_schedule(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
-    >>> [round(lr, 2) for lr, _ in sched]
+    >>> phases = default_phases(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
+    >>> [round(lr, 2) for _, lr in phases]
     [9.08, 3.03, 0.91]
     """
     _check_loss(loss)
@@ -134,11 +134,11 @@ def default_schedule(
     per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
     total = math.ceil(math.log(1.0 / float(tol)) / per_step)
     if total > MAX_DEFAULT_STEPS:
-        raise ValueError(f"the default schedule would need {total} steps (condition number of Sigma "
-                         f"{lam_max / lam_min:.0f}); pass schedule explicitly, or raise l2 or tol")
+        raise ValueError(f"the default phases would need {total} steps (condition number of Sigma "
+                         f"{lam_max / lam_min:.0f}); pass phases explicitly, or raise l2 or tol")
     if loss == "cross_entropy":  # Hessian <= (lambda_max / 2 + 2 l2) = 2 (lambda_max + 4 l2) / 4
         lr1 = 4.0 * SAFE_FRACTION / (lam_max + 3.0 * l2)
-    return tuple((lr1 * d, max(MIN_PHASE_STEPS, math.ceil(total * w)))
+    return tuple((max(MIN_PHASE_STEPS, math.ceil(total * w)), lr1 * d)
                  for d, w in zip(PHASE_DECAY, PHASE_SHARE))
 
 
@@ -156,8 +156,8 @@ class StageOneRun:
         Orbit means there: diagonal, same topic, different topic, ``[MASK]`` column.
     loss : ndarray, shape (steps,)
         Minibatch loss at every step (without the L2 term).
-    schedule : tuple of (float, int)
-        The ``(lr, steps)`` phases that were run.
+    phases : tuple of (int, float)
+        The ``(steps, lr)`` phases that were run.
     num_topics, words_per_topic : int
     """
 
@@ -165,14 +165,14 @@ class StageOneRun:
     probe_step: np.ndarray
     blocks: np.ndarray
     loss: np.ndarray
-    schedule: tuple[tuple[float, int], ...]
+    phases: tuple[tuple[int, float], ...]
     num_topics: int
     words_per_topic: int
 
     @property
     def steps(self) -> int:
         """Total number of SGD steps."""
-        return int(sum(s for _, s in self.schedule))
+        return int(sum(s for s, _ in self.phases))
 
     def final_blocks(self) -> ValueBlocks:
         """Orbit means of the trained ``W_V``."""
@@ -181,7 +181,7 @@ class StageOneRun:
 
 def train_value_matrix(
     topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True,
-    loss: Literal["squared", "cross_entropy"] = "squared", schedule: Schedule | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", phases: Phases | None = None,
     batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, mask_prob: float = 0.15,
     keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, probe_every: int = 20,
 ) -> StageOneRun:
@@ -195,8 +195,8 @@ def train_value_matrix(
     ----------
     attend_to_masked : bool
         Selected positions visible as keys (``False``: hidden, the authors' code).
-    schedule : sequence of (lr, steps), optional
-        Defaults to :func:`default_schedule` for this setting.
+    phases : sequence of (steps, lr), optional
+        Defaults to :func:`default_phases` for this setting.
     batch_size : int, optional
         Documents per step; defaults to :data:`DEFAULT_BATCH_SIZE` for the loss.
     l2 : float
@@ -213,10 +213,10 @@ def train_value_matrix(
     check_topic_model(topic_model)
     _check_loss(loss)
     check_masking(mask_prob, keep_prob, random_prob)
-    if schedule is None:
-        schedule = default_schedule(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
-                                    mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
-    phases = tuple((lr, steps) for steps, lr in _check_phases("schedule", schedule, lr_first=True))
+    if phases is None:
+        phases = default_phases(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
+                                mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
+    phases = _check_phases("phases", phases)
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
@@ -230,7 +230,7 @@ def train_value_matrix(
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
     hist = train_in_phases(
-        model, topic_model, doc_len=doc_len, phases=[(steps, lr) for lr, steps in phases], batch_size=batch_size,
+        model, topic_model, doc_len=doc_len, phases=phases, batch_size=batch_size,
         loss=loss, optimizer="sgd", seed=seed, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
         random_prob=random_prob, probes={"blocks": probe}, probe_every=probe_every,
     )
@@ -241,7 +241,7 @@ def train_value_matrix(
         probe_step=step[new],
         blocks=hist.probe("blocks")[new],
         loss=np.asarray(hist.loss),
-        schedule=phases,
+        phases=phases,
         num_topics=T,
         words_per_topic=v,
     )
