@@ -18,6 +18,10 @@ export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# pip installs with --no-compile: compiling every file of torch, transformers and scipy takes
+# about a minute; instead Python writes the bytecode of each module on its first import, so
+# it must be allowed to write it (some machines set PYTHONDONTWRITEBYTECODE).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install book test test-seeds test-fast test-notebooks notebooks check-exported students bench browser-test clean
 
@@ -27,7 +31,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
 	touch $(STAMP)
 
 install: $(STAMP)

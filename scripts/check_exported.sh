@@ -30,7 +30,7 @@ cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"
 trap cleanup EXIT
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PYDEVD_DISABLE_FILE_VALIDATION=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-unset PYTHONPATH VIRTUAL_ENV
+unset PYTHONPATH VIRTUAL_ENV PYTHONDONTWRITEBYTECODE   # --no-compile below: bytecode is written on first import
 
 for name in "${CHAPTERS[@]}"; do
   [ -f "$NOTEBOOKS/$name.ipynb" ] || { echo "no $NOTEBOOKS/$name.ipynb (run make notebooks)" >&2; exit 1; }
