@@ -76,7 +76,7 @@ def test_encodings_in_forked_workers_match_and_are_kept(tok, monkeypatch):
         assert ids == want[0] and np.array_equal(w, want[1]) and np.array_equal(spans, want[2])
     assert len(tp._ENCODINGS) == 6                                   # one call keeps all it returns
     tp._encodings(tok, texts[:1])
-    assert len(tp._ENCODINGS) == 4 and (id(tok), texts[0]) in tp._ENCODINGS   # then the most recent
+    assert len(tp._ENCODINGS) == 4 and (tok, texts[0]) in tp._ENCODINGS   # then the most recent
 
 
 def test_single_piece_words(tok):

@@ -484,7 +484,7 @@ def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_to
     return _build(tokenizer, text, ids, wids, spans, _special_template(tokenizer) if add_special_tokens else ([], []))
 
 
-_ENCODINGS: collections.OrderedDict = collections.OrderedDict()  # (id(tokenizer), text) -> (tokenizer, encoding)
+_ENCODINGS: collections.OrderedDict = collections.OrderedDict()  # (tokenizer, text) -> encoding, oldest first
 _ENCODINGS_KEPT = 256           # documents; the statistics of a page reuse the same few hundred
 _PARALLEL_CHARS = 200_000       # about 0.15 s of tokenizing: more than a pool of forked workers costs
 
@@ -492,19 +492,14 @@ _PARALLEL_CHARS = 200_000       # about 0.15 s of tokenizing: more than a pool o
 def _encodings(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
     """:func:`_encode_words` of each text, the last ones kept (tokenizing a long article is slow, and the statistics
     reuse the documents); new texts are tokenized in forked workers when they are long enough to pay for them."""
-    def key(t: str) -> tuple[int, str]:
-        return id(tokenizer), t
-
-    todo = [t for t in dict.fromkeys(texts)
-            if key(t) not in _ENCODINGS or _ENCODINGS[key(t)][0] is not tokenizer]   # an id can be reused
+    todo = [t for t in dict.fromkeys(texts) if (tokenizer, t) not in _ENCODINGS]
     encode = functools.partial(_encode_words, tokenizer)
     new = _forked_map(encode, todo) if sum(map(len, todo)) > _PARALLEL_CHARS else [encode(t) for t in todo]
-    for t, enc in zip(todo, new):
-        _ENCODINGS[key(t)] = (tokenizer, enc)
+    _ENCODINGS.update(((tokenizer, t), enc) for t, enc in zip(todo, new))
     out = []
     for t in texts:
-        _ENCODINGS.move_to_end(key(t))
-        out.append(_ENCODINGS[key(t)][1])
+        _ENCODINGS.move_to_end((tokenizer, t))
+        out.append(_ENCODINGS[tokenizer, t])
     while len(_ENCODINGS) > max(_ENCODINGS_KEPT, len(texts)):
         _ENCODINGS.popitem(last=False)
     return out
