@@ -21,6 +21,7 @@ from . import data, model, probes, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
+from .setting import BERT_MASKING, Masking, Setting
 from .train import train as train_model
 from .utils import MODE, is_full, seed_everything, setup_notebook
 
@@ -37,6 +38,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
-__all__ = ["data", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
+__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
            "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation", "train_model",
            "MODE", "is_full", "seed_everything", "setup_notebook"]
