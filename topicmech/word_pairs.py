@@ -18,10 +18,17 @@ from .utils import as_float64, check_choice, check_positive_int, check_probabili
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["RELATIONS", "PairStats", "EmbeddingStats", "embedding_pair_stats", "embedding_ratios",
+__all__ = ["RELATIONS", "shares_topic", "PairStats", "EmbeddingStats", "embedding_pair_stats", "embedding_ratios",
            "relation_masks_for_words", "AttentionStats", "attention_stats_from_sums"]
 
 RELATIONS = ("self", "same_word", "same_topic", "diff_topic")
+
+
+def shares_topic(membership: np.ndarray) -> np.ndarray:
+    """Whether the topic sets of two words intersect, shape ``(n, n)``, from the boolean ``membership`` (n, T)
+    of :meth:`~topicmech.corpus.WordTopics.membership`: the same-topic relation of every statistic here."""
+    M = np.asarray(membership).astype(np.int32)
+    return (M @ M.T) > 0
 
 
 def _resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -104,7 +111,7 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
             sim_s += np.einsum("bd,bd->b", Z, Z)
         cnt_s, sim_s = cnt_s - sq.sum(axis=1), sim_s - sq @ norms2
     else:
-        S = ((M.astype(np.float64) @ M.T) > 0) & ~np.eye(len(M), dtype=bool)       # (n, n) same-topic pairs
+        S = shares_topic(M) & ~np.eye(len(M), dtype=bool)                # (n, n) same-topic pairs
         cnt_s = np.einsum("bn,bn->b", C, C @ S)
         sim_s = np.einsum("bn,bn->b", C, C @ np.where(S, X @ X.T, 0.0))
     tot = C.sum(axis=1)
@@ -182,7 +189,7 @@ def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, m
     arr = np.asarray(words, dtype=object)
     same_str = arr[:, None] == arr[None, :]
     eye = np.eye(W, dtype=bool)
-    share = (M.astype(np.int32) @ M.T.astype(np.int32)) > 0
+    share = shares_topic(M)
     pos = np.arange(W)
     far = np.abs(pos[:, None] - pos[None, :]) >= min_distance
     return {"self": both & eye, "same_word": both & same_str & ~eye & far,
