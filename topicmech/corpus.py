@@ -14,7 +14,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -327,7 +327,8 @@ def top_topic_words(topic_model: FittedLDA, fraction: float, *, overlap: bool = 
     return WordTopics(topic_model.num_topics, {w: frozenset(s) for w, s in sets.items()})
 
 
-def forked_map(fn: Any, items: Iterable[Any]) -> list[Any]:
-    """:func:`topicmech.utils.parallel_map` where its workers are forked (they share what is loaded, and a
-    script needs no ``if __name__ == "__main__"`` guard), else a plain loop."""
+def forked_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` by :func:`topicmech.utils.parallel_map` where its workers are forked (they share
+    the loaded corpus, tokenizer and model, and a script needs no ``if __name__ == "__main__"`` guard), else a
+    plain loop: the process map of the real-text modules (article cleaning, tokenizing, forward passes)."""
     return parallel_map(fn, items, n_jobs=None if start_method() == "fork" else 1)
