@@ -1,9 +1,9 @@
 """Real text and its topics (chapter 8): the gensim Wikipedia sample and Lee corpus, cleaning and LDA
 tokens, any list of strings as a :class:`Corpus`, seeded LDA fits and maps from words to topics.
 
-The modules of chapter 8 import one way: ``corpus`` <- :mod:`topicmech.alignment` (WordPieces to
-words) <- :mod:`topicmech.word_pairs` (statistics by topic relation) <- :mod:`topicmech.pretrained`
-(the encoder and its measurements).
+The modules of chapter 8 import one way: :mod:`topicmech.alignment` (WordPieces to words) and
+:mod:`topicmech.word_pairs` (statistics by topic relation) build on ``corpus``, and
+:mod:`topicmech.pretrained` (the encoder and its measurements) on all three.
 """
 
 from __future__ import annotations
