@@ -8,7 +8,9 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 - 3-5: :mod:`topicmech.theory` (exact theory), :mod:`topicmech.embeddings` (3),
   :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` and :mod:`topicmech.tied_attention` (5);
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
-  assumptions), :mod:`topicmech.pretrained` (real text);
+  assumptions); real text: :mod:`topicmech.corpus` (corpora, LDA topics), :mod:`topicmech.alignment`
+  (WordPieces to words), :mod:`topicmech.word_pairs` (statistics by topic relation) and
+  :mod:`topicmech.pretrained` (the encoder and its measurements);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
   (performance), :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
 
@@ -30,8 +32,8 @@ __version__ = "0.2.0"
 
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
-    if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast",
-                "tied_attention", "reproduce"):
+    if name in ("plotting", "corpus", "alignment", "word_pairs", "pretrained", "dynamics", "sweeps", "stage1",
+                "stage2", "embeddings", "fast", "tied_attention", "reproduce"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

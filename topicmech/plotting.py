@@ -8,14 +8,21 @@ per page, so only the pages that draw with seaborn itself import it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from .word_pairs import AttentionStats
+
+__all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve", "plot_attention_gap",
+           "plot_embedding_thresholds"]
 
 _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
                "#56b4e9"]
@@ -143,5 +150,41 @@ def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None =
         ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
+    ax.legend()
+    return ax
+
+
+def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, title: str = "", alpha: float = 0.05,
+                       vmax: float | None = None) -> plt.Axes:
+    """Layer-by-head heatmap of the attention ``gap`` with colour limit ``vmax`` (default: the largest
+    absolute gap); ``+`` (``-``) marks heads whose Bonferroni-corrected interval lies above (below) 0."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 3.2))
+    g = stats.gap
+    v = vmax if vmax is not None else float(np.nanmax(np.abs(g)))
+    im = ax.imshow(g, cmap="RdBu_r", vmin=-v, vmax=v, aspect="auto")
+    for (layer, h), s in np.ndenumerate(stats.significant(alpha)):
+        if s:
+            ax.text(h, layer, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
+                    color="white" if abs(g[layer, h]) > 0.6 * v else "black")
+    ax.set(xticks=range(g.shape[1]), yticks=range(g.shape[0]), xlabel="head", ylabel="layer", title=title)
+    ax.grid(False)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="same − different topic")
+    return ax
+
+
+def plot_embedding_thresholds(frames: Mapping[str, pd.DataFrame], *, metric: str = "cosine",
+                              ax: plt.Axes | None = None) -> plt.Axes:
+    """Gap with intervals against the threshold for ``metric`` ("cosine" or "inner"), one line per
+    :func:`~topicmech.pretrained.embedding_stats_by_threshold` frame in ``frames``."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.4))
+    for k, (label, df) in enumerate(frames.items()):
+        d = df[df["metric"] == metric]
+        x, y = d["threshold"].to_numpy() + 0.008 * (k - (len(frames) - 1) / 2), d["gap"].to_numpy()
+        ax.errorbar(x, y, yerr=np.vstack([y - d["gap_low"].to_numpy(), d["gap_high"].to_numpy() - y]), marker="o",
+                    capsize=3, label=label)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set(xlabel="topic-specificity threshold on p(topic | word)", ylabel=f"{metric}: same − different topic")
     ax.legend()
     return ax
