@@ -19,8 +19,9 @@ import torch
 
 from topicmech import dynamics, theory
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
-from topicmech.train import History, mlm_loss
+from topicmech.train import History
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20

@@ -15,8 +15,9 @@ import torch
 
 import topicmech as tm
 from topicmech import fast
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
-from topicmech.train import mlm_loss, train
+from topicmech.train import train
 
 LDA = tm.LDATopicModel(num_topics=4, words_per_topic=5, alpha=0.3)   # V = 20
 D = LDA.num_tokens                                                      # 21

@@ -8,8 +8,9 @@ import torch
 
 import topicmech.train as train_mod
 from topicmech.data import SimplifiedTopicModel, bert_mask
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
-from topicmech.train import History, mlm_loss, train
+from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(5, 4, 2)       # V = 20, D = 21
 D = TM.num_tokens
@@ -140,14 +141,14 @@ def recorded_masks(monkeypatch):
     The per-step paths (learned attention, used below) mask once per step; the uniform-attention
     path draws the same numbers in chunks, which tests/test_fast.py compares with the reference."""
     calls = []
-    corrupt = train_mod._corrupt
+    corrupt = train_mod.corrupt
 
     def recording(docs, *args):
         inputs, selected = corrupt(docs, *args)
         calls.append((docs.clone(), inputs.clone(), selected.clone()))
         return inputs, selected
 
-    monkeypatch.setattr(train_mod, "_corrupt", recording)
+    monkeypatch.setattr(train_mod, "corrupt", recording)
     return calls
 
 

@@ -18,9 +18,10 @@ import torch
 
 from topicmech import fast, utils
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check_docs
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
 from topicmech.probes import attention_by_relation, block_means, relation_masks, topic_contrasts
-from topicmech.train import History, mlm_loss, train
+from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(2, 2, 2)           # V = 4, D = 5
 V, D = TM.vocab_size, TM.num_tokens

@@ -18,10 +18,11 @@ from torch import nn
 
 from . import theory
 from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
+from .losses import mlm_loss
 from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
 from .stage1 import SAFE_FRACTION, sigma_range
-from .train import History, mlm_loss
+from .train import History
 from .train import train as _train
 from .utils import as_float64, check_positive_int, check_seeds, map_seeded
 

@@ -16,7 +16,7 @@ from torch import nn
 from .data import check_docs
 from .utils import check_choice, check_float, check_positive_int, make_generator
 
-__all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility"]
+__all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility", "token_counts"]
 
 Embedding = Literal["one_hot", "learned"]
 Attention = Literal["uniform", "learned"]
@@ -48,8 +48,12 @@ def _check_inputs(inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
     return check_docs(inputs, num_tokens, name="inputs")
 
 
-def _token_counts(ids: torch.Tensor, weights: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """``counts[m, u] = sum_j weights[m, j] [ids[m, j] = u]``, shape ``(M, D)`` from ``(M, N)``."""
+def token_counts(ids: torch.Tensor, weights: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """Weighted token counts per row: ``counts[m, u] = sum_j weights[m, j] [ids[m, j] = u]``.
+
+    ``ids`` (LongTensor, ids in ``[0, num_tokens)``) and ``weights`` (float) have shape
+    ``(M, N)``; the result has shape ``(M, num_tokens)`` and ``weights``' dtype. Not validated.
+    """
     counts = torch.zeros(ids.shape[0], num_tokens, dtype=weights.dtype, device=ids.device)
     return counts.scatter_add_(1, ids, weights)
 
@@ -177,7 +181,7 @@ class OneLayerTransformer(nn.Module):
         inputs = _check_inputs(inputs, self.num_tokens)
         B, N = inputs.shape
         visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device, self.W_E.dtype)
-        counts = _token_counts(inputs, visible, self.num_tokens)                         # (B, D)
+        counts = token_counts(inputs, visible, self.num_tokens)                         # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
         logits = ((xbar @ self.W_E.T) @ self.W_V.T) @ self.unembedding.T                 # (B, D)
         if self.b_pred is not None:

@@ -1,6 +1,7 @@
 """Masked-language-modelling training: the loss at the selected positions only, fresh masks every
-step, an L2 penalty ``l2 sum ||W||_F^2`` over the trained matrices. :func:`train` takes a fast path
-of :mod:`topicmech.fast` when one applies; the forward pass and :func:`mlm_loss` are the reference.
+step, an L2 penalty ``l2 sum ||W||_F^2`` over the trained matrices. :func:`train` is the one
+training loop; it takes a fast path of :mod:`topicmech.fast` when one applies, and the model's
+forward pass with :func:`topicmech.losses.mlm_loss` is the reference.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .data import TopicModel, _corrupt, check_docs
+from . import fast
+from .data import TopicModel, check_docs, corrupt
+from .losses import LOSS_KINDS, LossKind, mlm_loss
 from .utils import check_choice, check_float, check_masking, check_positive_int, make_generator
 
-__all__ = ["History", "mlm_loss", "train"]
+__all__ = ["History", "train", "train_uniform"]
 
-LossKind = Literal["squared", "cross_entropy"]
-_LOSSES = ("squared", "cross_entropy")
 Probe = Callable[[nn.Module], "float | torch.Tensor | np.ndarray"]
 
 
@@ -55,32 +55,6 @@ class History:
         return out
 
 
-def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor, kind: LossKind = "squared") -> torch.Tensor:
-    """Mean loss at the ``selected`` positions (BoolTensor ``(batch, N)``; 0 if none) of ``logits``
-    ``(batch, N, D)`` against the true words ``targets`` ``(batch, N)``: ``kind="squared"``,
-    ``||f - e_y||^2`` (the theory's loss), or ``"cross_entropy"`` over the ``D`` tokens."""
-    check_choice("kind", kind, _LOSSES)
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(f"logits must be a tensor of shape (batch, N, D), got {type(logits).__name__}")
-    shape = tuple(logits.shape[:2])
-    if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or tuple(selected.shape) != shape:
-        raise ValueError(f"selected must be a BoolTensor of shape {shape}, got {type(selected).__name__} "
-                         f"{tuple(getattr(selected, 'shape', ()))} {getattr(selected, 'dtype', '')}")
-    if not isinstance(targets, torch.Tensor) or tuple(targets.shape) != shape:
-        raise ValueError(f"targets must be a LongTensor of shape {shape}, got {tuple(getattr(targets, 'shape', ()))}")
-    return _mlm_loss(logits, check_docs(targets, logits.shape[-1], name="targets"), selected, kind)
-
-
-def _mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor, kind: str) -> torch.Tensor:
-    f = logits[selected]                                                        # (n_sel, D)
-    y = targets[selected]                                                       # (n_sel,)
-    if f.shape[0] == 0:
-        return logits.sum() * 0.0
-    if kind == "squared":  # ||f - e_y||^2 = ||f||^2 - 2 f_y + 1
-        return (f.pow(2).sum(-1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).mean()
-    return F.cross_entropy(f, y)
-
-
 def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], step: int) -> None:
     history.probe_step.append(step)
     with torch.no_grad():
@@ -107,7 +81,7 @@ def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_l
             docs = data[idx]                                                        # (B, N)
         sel_u, branch = torch.rand(docs.shape, generator=gen), torch.rand(docs.shape, generator=gen)
         words = torch.randint(vocab_size, docs.shape, generator=gen)                # bert_mask's three draws
-        inputs, selected = _corrupt(docs, sel_u, branch, words, vocab_size, *masking)
+        inputs, selected = corrupt(docs, sel_u, branch, words, vocab_size, *masking)
         valid = None if lengths is None else arange[None, :] < lengths[idx][:, None]  # (B, N)
         batch = (docs, inputs, selected, valid)
         if device.type != "cpu":
@@ -129,7 +103,7 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
         A topic model draws ``batch_size`` fresh documents of length ``doc_len`` every step;
         a tensor of documents is resampled with replacement.
     loss, optimizer : {"squared", "cross_entropy"}, {"sgd", "adam"}
-        See :func:`mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
+        See :func:`topicmech.losses.mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
     lr : float, optional
         Defaults to 1.0 for SGD and 1e-2 for Adam.
     mask_prob, keep_prob, random_prob : float
@@ -145,12 +119,12 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     path : {"auto", "fast", "reference"}
         ``"auto"`` takes a fast path when one applies (:func:`topicmech.fast.fast_path`),
         ``"fast"`` raises if none does, ``"reference"`` always uses the model's forward pass and
-        :func:`mlm_loss`. All draw the same documents and masks and agree up to rounding.
+        :func:`topicmech.losses.mlm_loss`. All draw the same documents and masks and agree up to rounding.
     """
     steps = check_positive_int("steps", steps)
     batch_size = check_positive_int("batch_size", batch_size)
     masking = check_masking(mask_prob, keep_prob, random_prob)
-    check_choice("loss", loss, _LOSSES)
+    check_choice("loss", loss, LOSS_KINDS)
     check_choice("optimizer", optimizer, ("sgd", "adam"))
     lr = check_float("lr", {"sgd": 1.0, "adam": 1e-2}[optimizer] if lr is None else lr)
     l2 = check_float("l2", l2, positive=False)
@@ -159,8 +133,6 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     if probes is not None and (not isinstance(probes, Mapping)
                                or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
         raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
-    from . import fast  # fast imports this module
-
     route = None if check_choice("path", path, ("auto", "fast", "reference")) == "reference" else fast.fast_path(model)
     if path == "fast" and route is None:
         raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, got {type(model).__name__}")
@@ -181,7 +153,7 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
         if lengths is not None:
             if route is None:
                 raise ValueError("lengths (padded documents) needs a fast path: a OneLayerTransformer, path 'auto'/'fast'")
-            lengths = fast._check_lengths(lengths, data.shape[0], doc_len)
+            lengths = fast.check_lengths(lengths, data.shape[0], doc_len)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (everything is frozen)")
@@ -191,9 +163,9 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     probes = dict(probes or {})
     probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
     gen, device = make_generator(seed), params[0].device
-    closed_form = route == "uniform" and fast._value_only(model, params)
+    closed_form = route == "uniform" and fast.is_value_only(model, params)
     if route == "uniform":
-        batches = fast._uniform_batches(model, data, steps, batch_size, doc_len, lengths, masking, gen,
+        batches = fast.uniform_batches(model, data, steps, batch_size, doc_len, lengths, masking, gen,
                                         params[0].dtype, device)
     else:
         batches = _batches(data, steps, batch_size, doc_len, lengths, masking, gen, model.num_tokens - 1, device)
@@ -201,11 +173,11 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     def loss_of(*batch: torch.Tensor) -> torch.Tensor:
         if route == "uniform":
             xbar, Y, n, n_total = batch
-            return fast.uniform_loss(fast._logits_from_xbar(model, xbar), Y, n, loss, n_total)
+            return fast.uniform_loss(fast.logits_from_xbar(model, xbar), Y, n, loss, n_total)
         docs, inputs, selected, valid = batch
         if route == "learned":
-            return fast._selected_loss(model, inputs, docs, selected, loss, valid)
-        return _mlm_loss(model(inputs, selected), docs, selected, loss)
+            return fast.selected_loss(model, inputs, docs, selected, loss, valid=valid, check=False)
+        return mlm_loss(model(inputs, selected), docs, selected, loss, check=False)
 
     history = History()
     _record(history, model, probes, 0)
@@ -221,7 +193,7 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
         for step, batch in enumerate(batches, 1):
             if closed_form:
                 with torch.no_grad():
-                    value, total, params[0].grad = fast._value_step(params[0], *batch, loss, l2)
+                    value, total, params[0].grad = fast.value_step(params[0], *batch, loss, l2)
             else:
                 value = loss_of(*batch)
                 total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
@@ -249,3 +221,13 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
             bar.close()
     history.step, history.loss = list(range(1, steps + 1)), torch.stack(losses).tolist()
     return history
+
+
+def train_uniform(model: nn.Module, data: TopicModel | torch.Tensor, **kwargs: object) -> History:
+    """:func:`train` with ``path="fast"`` for a uniform-attention
+    :class:`~topicmech.model.OneLayerTransformer` (``ValueError`` for any other model); same
+    keyword arguments and result."""
+    if fast.fast_path(model) != "uniform":
+        raise ValueError("model must be a OneLayerTransformer with attention='uniform' and no forward hooks "
+                         f"(use topicmech.train.train otherwise), got {type(model).__name__}")
+    return train(model, data, path="fast", **kwargs)
