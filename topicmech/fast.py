@@ -212,8 +212,6 @@ class TorchOptimKernels:
         _adam_kernel(params, grads, [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
                      [self.steps[i] for i in live], foreach=False, fused=self.fused, amsgrad=False, beta1=0.9,
                      beta2=0.999, lr=self.lr, weight_decay=0.0, eps=1e-8, maximize=False)
-        # the fused kernel does not bump version counters; caches keyed on p._version need it
-        torch.autograd.graph.increment_version(params)
 
 
 def token_scores(model: OneLayerTransformer) -> torch.Tensor:
@@ -299,10 +297,9 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
 def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
     """The fast path :func:`topicmech.train.train` takes for ``model``: ``"uniform"`` or ``"learned"``
     for a :class:`~topicmech.model.OneLayerTransformer` by its attention, None for any other model
-    (a subclass, or one with forward hooks or a replaced ``forward``)."""
-    if type(model) is not OneLayerTransformer or "forward" in vars(model):
-        return None
-    if model._forward_hooks or model._forward_pre_hooks:
+    (a subclass, one with a replaced ``forward``, or one that has had forward hooks: see
+    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`)."""
+    if type(model) is not OneLayerTransformer or "forward" in vars(model) or model.forward_hooked:
         return None
     return "uniform" if model.attention == "uniform" else "learned"
 

@@ -8,10 +8,12 @@ on column vectors (code: ``h @ W_V.T`` on rows); attention patterns are ``(batch
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from .data import check_docs
 from .utils import check_choice, check_float, check_positive_int, make_generator
@@ -125,6 +127,19 @@ class OneLayerTransformer(nn.Module):
         if not isinstance(bias, bool):
             raise ValueError(f"bias must be True or False, got {bias!r}")
         self.b_pred = nn.Parameter(torch.zeros(D)) if bias else None
+        #: Whether a forward hook or pre-hook was ever registered (it stays set after the hook is removed):
+        #: :func:`topicmech.train.train` then runs the forward pass, which the hooks see, not a fast path.
+        self.forward_hooked = False
+
+    def register_forward_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> RemovableHandle:
+        """:meth:`torch.nn.Module.register_forward_hook`, also setting :attr:`forward_hooked`."""
+        self.forward_hooked = True
+        return super().register_forward_hook(hook, *args, **kwargs)
+
+    def register_forward_pre_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> RemovableHandle:
+        """:meth:`torch.nn.Module.register_forward_pre_hook`, also setting :attr:`forward_hooked`."""
+        self.forward_hooked = True
+        return super().register_forward_pre_hook(hook, *args, **kwargs)
 
     @property
     def unembedding(self) -> torch.Tensor:
