@@ -112,7 +112,7 @@ def test_training_lands_on_the_optimum_over_seeds():
     errs = []
     for seed in (0, 1, 2):
         model = te.embedding_model(D, head="tied", bias=True, attend_to_masked=True, seed=seed)
-        te.train_in_phases(model, data, doc_len=N, seed=seed)
+        tm.train.train(model, data, phases=te.DEFAULT_PHASES, doc_len=N, batch_size=256, optimizer="adam", seed=seed)
         G = model.embedding_gram().detach().double().numpy()
         b = th.orbit_means(G, T, v)
         learned = np.array([te.weighted_topic_gap(G, T, v), b.diag - b.diff_topic, b.same_topic - b.diff_topic])
