@@ -64,7 +64,7 @@ def measure(runs: int, dense_max: int, algebra_sizes: list[int], dense_sizes: li
     train_runs = []
     for seed in range(max(1, min(runs, 3))):
         model = tm.OneLayerTransformer(stm.num_tokens, attention="uniform", value="learned", head="identity",
-                                       init_scale=0.0, seed=seed)
+                                       init_scale=0.0, seed=seed, attend_to_masked=True)
         steps, err = 0, float("inf")
         w0, c0 = time.perf_counter(), time.process_time()
         while err > TRAIN["tolerance"] and steps < TRAIN["max_steps"]:

@@ -275,7 +275,7 @@ def test_stage2_default_lr_gives_the_target_growth(name):
 
 def test_train_needs_steps_or_phases():
     data = tm.SimplifiedTopicModel(3, 2, 2)
-    m = embeddings.embedding_model(data.num_tokens, seed=0)
+    m = embeddings.embedding_model(data.num_tokens, seed=0, attend_to_masked=True)
     with pytest.raises(ValueError, match="phases"):
         tm.train.train(m, data, doc_len=8, optimizer="sgd")
     h = tm.train.train(m, data, doc_len=8, optimizer="sgd", phases=[(3, 0.1)], batch_size=4)
@@ -290,7 +290,7 @@ def test_default_phases_reach_the_optimum(name, head):
     data = tm.SimplifiedTopicModel(T, v, tau)
     D = data.num_tokens
     S, C, W_star, _ = _exact(T, v, tau, N, pm, True)
-    model = embeddings.embedding_model(D, head=head, seed=0)
+    model = embeddings.embedding_model(D, head=head, seed=0, attend_to_masked=True)
     hist = tm.train.train(model, data, phases=embeddings.DEFAULT_PHASES, doc_len=N, batch_size=256, optimizer="adam",
                           seed=0, mask_prob=pm)
     assert np.isfinite(hist.loss).all()

@@ -21,7 +21,7 @@ D = 21  # T = 4 topics of 5 words, plus [MASK]
 
 
 def _model(**kw):
-    kw = {"attention": "uniform", "value": "learned", "head": "identity", "seed": 1, **kw}
+    kw = {"attention": "uniform", "value": "learned", "head": "identity", "attend_to_masked": True, "seed": 1, **kw}
     return tm.OneLayerTransformer(D, **kw)
 
 
@@ -148,7 +148,7 @@ def test_uniform_path_imports_no_optimiser_class():
     (about 1.5 s of CPU and 80 MiB), more than a whole demonstration run."""
     code = ("import sys, topicmech as tm\n"
             "lda = tm.LDATopicModel(3, 4, 0.3)\n"
-            "m = tm.OneLayerTransformer(lda.num_tokens, seed=0)\n"
+            "m = tm.OneLayerTransformer(lda.num_tokens, seed=0, attend_to_masked=True)\n"
             "tm.train.train(m, lda, steps=5, batch_size=4, doc_len=10, loss='cross_entropy', optimizer='adam')\n"
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -249,7 +249,7 @@ def test_pad_documents_roundtrip():
 
 def test_rejects_bad_input(lda, docs):
     with pytest.raises(ValueError, match="attention='uniform'"):
-        tm.train.train_uniform(tm.OneLayerTransformer(D, attention="learned"), docs, steps=2)
+        tm.train.train_uniform(tm.OneLayerTransformer(D, attention="learned", attend_to_masked=True), docs, steps=2)
     with pytest.raises(ValueError, match="lengths"):
         tm.train.train_uniform(_model(), lda, steps=2, doc_len=5, lengths=torch.ones(3, dtype=torch.long))
     with pytest.raises(ValueError, match="lengths"):

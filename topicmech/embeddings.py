@@ -43,14 +43,15 @@ def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> 
 
 
 def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Literal["tied", "identity"] = "tied",
-                    attend_to_masked: bool = True, init_scale: float | None = None, bias: bool = False,
+                    attend_to_masked: bool, init_scale: float | None = None, bias: bool = False,
                     seed: int = 0) -> OneLayerTransformer:
     """The chapter-3 model: learned embeddings, uniform attention, ``W_V = I``; only ``W_E`` (and ``b_pred``) train.
 
     ``num_tokens`` is ``D``; ``d_model`` must be ``D`` (the default) for ``head="identity"``
     (``W_U = I``; ``"tied"``: ``W_U = W_E^T``). ``init_scale`` defaults to 0.1 for the tied head
     (``W_E = 0`` is a saddle) and 0.01 for the identity head. ``bias=True`` adds a trained logit
-    bias ``b_pred`` (the authors' ``b^pred``).
+    bias ``b_pred`` (the authors' ``b^pred``). ``attend_to_masked`` (no default) as in
+    :class:`~topicmech.model.OneLayerTransformer`.
     """
     if head not in ("tied", "identity"):
         raise ValueError(f"head must be 'tied' or 'identity', got {head!r}")

@@ -264,7 +264,7 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
     D = model.num_tokens
     if valid is not None:
         selected = selected & valid
-    visible = key_visibility(selected, model.attend_to_masked, inputs.shape)       # (B, N)
+    visible = key_visibility(selected, inputs.shape, attend_to_masked=model.attend_to_masked)       # (B, N)
     if valid is not None:
         visible = visible & valid
     dtype = model.W_E.dtype
