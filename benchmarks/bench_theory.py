@@ -5,7 +5,7 @@
 * ``dense``: :func:`topicmech.theory.optimal_value_matrix`, exact moments and a dense
   (D, D) solve, up to V = 2000 (time and memory grow as V^3 and V^2);
 * ``training``: W^V trained by plain SGD (squared loss, batch 256, fresh documents every
-  step, the fast path :func:`topicmech.fast.train_uniform`) from W^V = 0 until the three
+  step, the fast path :func:`topicmech.train.train_uniform`) from W^V = 0 until the three
   block means and the [MASK] column mean are all within 0.01 of the exact optimum, at
   V = 100.
 
@@ -39,7 +39,7 @@ def measure(runs: int, dense_max: int, algebra_sizes: list[int], dense_sizes: li
     import torch
 
     import topicmech as tm
-    from topicmech import fast, theory
+    from topicmech import theory
 
     torch.set_num_threads(1)
     algebra, dense = [], []
@@ -64,11 +64,11 @@ def measure(runs: int, dense_max: int, algebra_sizes: list[int], dense_sizes: li
     train_runs = []
     for seed in range(max(1, min(runs, 3))):
         model = tm.OneLayerTransformer(stm.num_tokens, attention="uniform", value="learned", head="identity",
-                                       init_scale=0.0, seed=seed)
+                                       init_scale=0.0, seed=seed, attend_to_masked=True)
         steps, err = 0, float("inf")
         w0, c0 = time.perf_counter(), time.process_time()
         while err > TRAIN["tolerance"] and steps < TRAIN["max_steps"]:
-            fast.train_uniform(model, stm, steps=TRAIN["check_every"], batch_size=TRAIN["batch_size"], doc_len=Nt,
+            tm.train.train_uniform(model, stm, steps=TRAIN["check_every"], batch_size=TRAIN["batch_size"], doc_len=Nt,
                                loss="squared", optimizer="sgd", lr=TRAIN["lr"], seed=1000 * seed + steps)
             steps += TRAIN["check_every"]
             learned = theory.orbit_means(model.W_V.detach().double().numpy(), T, v)

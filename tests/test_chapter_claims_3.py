@@ -53,8 +53,8 @@ def prediction():
 
 def _train(d, head, seed, *, loss="squared", phases=te.DEFAULT_PHASES, attend=ATTEND):
     model = te.embedding_model(D, d, head=head, attend_to_masked=attend, seed=seed)
-    te.train_in_phases(model, tm.SimplifiedTopicModel(T, V_PER, TAU), doc_len=N, loss=loss,
-                       phases=phases, seed=seed)
+    tm.train.train(model, tm.SimplifiedTopicModel(T, V_PER, TAU), phases=phases, doc_len=N, batch_size=256,
+                   loss=loss, optimizer="adam", seed=seed)
     return model
 
 

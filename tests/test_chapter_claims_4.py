@@ -235,7 +235,7 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
                 with torch.no_grad():
                     model.W_V.copy_(M)
                     logits = model(inputs, selected)
-                    losses.append([float(tm.train.mlm_loss(logits, docs, selected, kind))
+                    losses.append([float(tm.losses.mlm_loss(logits, docs, selected, kind))
                                    for kind in ("cross_entropy", "squared")])
             assert abs(losses[1][0] - losses[0][0]) < 1e-5
             assert abs(losses[1][1] - losses[0][1]) > 0.1

@@ -273,25 +273,26 @@ def test_stage2_default_lr_gives_the_target_growth(name):
 # ----------------------------------------------------------------------------------------
 
 
-def test_train_in_phases_sgd_needs_phases():
+def test_train_needs_steps_or_phases():
     data = tm.SimplifiedTopicModel(3, 2, 2)
-    m = embeddings.embedding_model(data.num_tokens, seed=0)
+    m = embeddings.embedding_model(data.num_tokens, seed=0, attend_to_masked=True)
     with pytest.raises(ValueError, match="phases"):
-        embeddings.train_in_phases(m, data, doc_len=8, optimizer="sgd")
-    h = embeddings.train_in_phases(m, data, doc_len=8, optimizer="sgd", phases=[(3, 0.1)], batch_size=4)
+        tm.train.train(m, data, doc_len=8, optimizer="sgd")
+    h = tm.train.train(m, data, doc_len=8, optimizer="sgd", phases=[(3, 0.1)], batch_size=4)
     assert len(h.loss) == 3
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SETTINGS))
 @pytest.mark.parametrize("head", ["tied", "identity"])
-def test_train_in_phases_default_reaches_the_optimum(name, head):
+def test_default_phases_reach_the_optimum(name, head):
     T, v, tau, N, pm = SETTINGS[name]
     data = tm.SimplifiedTopicModel(T, v, tau)
     D = data.num_tokens
     S, C, W_star, _ = _exact(T, v, tau, N, pm, True)
-    model = embeddings.embedding_model(D, head=head, seed=0)
-    hist = embeddings.train_in_phases(model, data, doc_len=N, seed=0, mask_prob=pm)
+    model = embeddings.embedding_model(D, head=head, seed=0, attend_to_masked=True)
+    hist = tm.train.train(model, data, phases=embeddings.DEFAULT_PHASES, doc_len=N, batch_size=256, optimizer="adam",
+                          seed=0, mask_prob=pm)
     assert np.isfinite(hist.loss).all()
     E = model.W_E.detach().double().numpy()
     if head == "tied":

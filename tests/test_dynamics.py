@@ -19,8 +19,9 @@ import torch
 
 from topicmech import dynamics, theory
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
-from topicmech.train import History, mlm_loss
+from topicmech.train import History
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
@@ -89,7 +90,7 @@ def test_heldout_batch_is_fixed_and_clean_by_default():
 
 
 def test_uniform_attention_reads_one_in_every_relation():
-    model = OneLayerTransformer(D, attention="uniform")
+    model = OneLayerTransformer(D, attention="uniform", attend_to_masked=True)
     inputs, _ = dynamics.heldout_batch(TM, 32, N)
     stats = dynamics.attention_stats(model, inputs, TOPIC)
     np.testing.assert_allclose(np.asarray(stats), 1.0, rtol=1e-5)
@@ -141,7 +142,7 @@ def test_gradient_norms_reject_bad_input():
     with pytest.raises(ValueError, match="shape"):
         dynamics.gradient_norms(_model(), inputs, selected[:, :5], docs)
     with pytest.raises(ValueError, match="trainable"):
-        dynamics.gradient_norms(OneLayerTransformer(D, value="identity"), inputs, selected, docs)
+        dynamics.gradient_norms(OneLayerTransformer(D, value="identity", attend_to_masked=True), inputs, selected, docs)
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
@@ -310,7 +311,7 @@ def test_run_seeds_rejects_bad_seeds(seeds):
 def test_run_grid_in_two_processes_matches_one():
     """Results depend only on the seed and the parameters, so two processes give the serial sweep."""
     def fn(seed, lr):
-        model = OneLayerTransformer(7, attention="learned", value="learned", seed=seed)
+        model = OneLayerTransformer(7, attention="learned", value="learned", seed=seed, attend_to_masked=True)
         hist = train_model(model, SimplifiedTopicModel(3, 2, 1), steps=5, batch_size=8, doc_len=6, lr=lr, seed=seed)
         return hist.loss + [float(torch.rand(1))]          # the global torch RNG is reseeded too
 

@@ -74,36 +74,42 @@ def test_normalized_gram_has_unit_mean_word_norm():
 
 
 def test_embedding_model_trains_only_the_embedding():
-    m = te.embedding_model(D, 3, head="tied", seed=0)
+    m = te.embedding_model(D, 3, head="tied", seed=0, attend_to_masked=True)
     assert [n for n, p in m.named_parameters() if p.requires_grad] == ["W_E"]
     assert m.W_E.shape == (3, D) and m.attention == "uniform" and m.value == "identity"
-    m_id = te.embedding_model(D, head="identity")
+    m_id = te.embedding_model(D, head="identity", attend_to_masked=True)
     assert m_id.W_E.shape == (D, D) and m_id.head == "identity"
     assert float(m_id.W_E.detach().std()) < float(m.W_E.detach().std())  # smaller default start for the identity head
     with pytest.raises(ValueError, match="head"):
-        te.embedding_model(D, 3, head="learned")
+        te.embedding_model(D, 3, head="learned", attend_to_masked=True)
     with pytest.raises(ValueError, match="d_model"):
-        te.embedding_model(D, 3, head="identity")
+        te.embedding_model(D, 3, head="identity", attend_to_masked=True)
 
 
-def test_train_in_phases_concatenates_and_validates():
+def test_train_with_phases_concatenates_and_validates():
     data = tm.SimplifiedTopicModel(T, V_PER, TAU)
-    m = te.embedding_model(D, 5, seed=0)
-    h = te.train_in_phases(m, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0,
-                           probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2)
+    m = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    kw = dict(doc_len=N, batch_size=8, optimizer="adam")
+    h = tm.train.train(m, data, phases=[(5, 1e-2), (3, 1e-3)], seed=0,
+                       probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2, **kw)
     assert h.step == list(range(1, 9)) and len(h.loss) == 8
-    assert h.probe_step[0] == 0 and h.probe_step[-1] == 8 and len(h.probe("norm")) == len(h.probe_step)
-    # same seed, same result
-    m2 = te.embedding_model(D, 5, seed=0)
-    te.train_in_phases(m2, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0)
+    assert h.probe_step == [0, 2, 4, 5, 7, 8] and len(h.probe("norm")) == len(h.probe_step)
+    # same seed, same result; phases are successive train() calls, each with a fresh optimizer
+    m2 = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    tm.train.train(m2, data, phases=[(5, 1e-2), (3, 1e-3)], seed=0, **kw)
     assert torch.equal(m.W_E, m2.W_E)
+    m3 = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    for (steps, lr), s in zip([(5, 1e-2), (3, 1e-3)], tm.utils.spawn_seeds(0, 2)):
+        tm.train.train(m3, data, steps=steps, lr=lr, seed=s, **kw)
+    assert torch.equal(m.W_E, m3.W_E)
     for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)], [(5, "0.01")], [(5, True)]):
         with pytest.raises(ValueError, match="phases"):
-            te.train_in_phases(m, data, doc_len=N, phases=bad)
-    with pytest.raises(ValueError, match="seed"):
-        te.train_in_phases(m, data, doc_len=N, seed=-1)
-    with pytest.raises(ValueError, match="phases"):  # plain SGD has no setting-free default
-        te.train_in_phases(m, data, doc_len=N, optimizer="sgd")
+            tm.train.train(m, data, phases=bad, **kw)
+    for bad_seed in (-1, [0], [0, 1, 2], "01"):
+        with pytest.raises(ValueError, match="seed"):
+            tm.train.train(m, data, phases=[(5, 1e-2), (3, 1e-3)], seed=bad_seed, **kw)
+    with pytest.raises(ValueError, match="phases"):  # phases replaces steps and lr
+        tm.train.train(m, data, phases=[(5, 1e-2)], lr=1e-2, **kw)
 
 
 # ---- the tied-head optimum through the symmetry algebra ------------------------------

@@ -208,10 +208,10 @@ def test_embedding_cosine_contrast():
 def test_head_attention_shapes_and_uniform():
     data = tm.SimplifiedTopicModel(3, 2, 2)
     docs = data.sample(16, 8, seed=0)
-    one = tm.OneLayerTransformer(data.num_tokens)                         # uniform attention
+    one = tm.OneLayerTransformer(data.num_tokens, attend_to_masked=True)                         # uniform attention
     a1 = sweeps.head_attention(one, docs, data.topic_of_word)
     assert a1.shape == (1, 1, 4) and np.allclose(a1, 1.0, atol=1e-6)
-    deep = tm.model.TwoLayerTransformer(data.num_tokens, 8, num_heads=2, num_layers=3, init_scale=0.0)
+    deep = tm.model.TwoLayerTransformer(data.num_tokens, 8, num_heads=2, num_layers=3, init_scale=0.0, attend_to_masked=True)
     a2 = sweeps.head_attention(deep, docs, data.topic_of_word)            # zero weights: uniform
     assert a2.shape == (3, 2, 4) and np.allclose(a2, 1.0, atol=1e-6)
     with pytest.raises(ValueError, match="model"):

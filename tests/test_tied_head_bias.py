@@ -83,7 +83,7 @@ def test_optimum_beats_random_perturbations_and_bias_is_optimal():
 
 
 def test_bias_model_api_and_validation():
-    m = te.embedding_model(13, 4, head="tied", bias=True, seed=0)
+    m = te.embedding_model(13, 4, head="tied", bias=True, seed=0, attend_to_masked=True)
     assert {n for n, p in m.named_parameters() if p.requires_grad} == {"W_E", "b_pred"}
     assert tm.fast.fast_path(m) == "uniform"                     # trains on the fast path
     x = torch.randint(0, 13, (3, 6))
@@ -92,9 +92,9 @@ def test_bias_model_api_and_validation():
         m.b_pred.fill_(0.5)
         assert torch.allclose(m(x), base + 0.5)
         assert torch.allclose(m.run_with_cache(x)["logits"], base + 0.5)
-    assert te.embedding_model(13, 4, seed=0).b_pred is None
+    assert te.embedding_model(13, 4, seed=0, attend_to_masked=True).b_pred is None
     with pytest.raises(ValueError, match="bias"):
-        te.embedding_model(13, 4, bias=1)
+        te.embedding_model(13, 4, bias=1, attend_to_masked=True)
     with pytest.raises(ValueError, match="attend_to_masked"):
         te.tied_bias_optimum(4, 3, 2, 10, attend_to_masked=1)
     with pytest.raises(ValueError, match="words_per_topic"):
@@ -112,7 +112,7 @@ def test_training_lands_on_the_optimum_over_seeds():
     errs = []
     for seed in (0, 1, 2):
         model = te.embedding_model(D, head="tied", bias=True, attend_to_masked=True, seed=seed)
-        te.train_in_phases(model, data, doc_len=N, seed=seed)
+        tm.train.train(model, data, phases=te.DEFAULT_PHASES, doc_len=N, batch_size=256, optimizer="adam", seed=seed)
         G = model.embedding_gram().detach().double().numpy()
         b = th.orbit_means(G, T, v)
         learned = np.array([te.weighted_topic_gap(G, T, v), b.diag - b.diff_topic, b.same_topic - b.diff_topic])

@@ -4,7 +4,8 @@ Companion package to the topicmech book, after Li, Li & Risteski, *How Do Transf
 Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by book chapter:
 
 - 1-2: :mod:`topicmech.data` (topic models, masking), :mod:`topicmech.model`,
-  :mod:`topicmech.train`, :mod:`topicmech.probes` (block means, attention by topic relation);
+  :mod:`topicmech.losses`, :mod:`topicmech.train` (the loop, :func:`topicmech.train.train`),
+  :mod:`topicmech.probes` (block means, attention by topic relation);
 - 3-5: :mod:`topicmech.theory` (exact theory), :mod:`topicmech.embeddings` (3),
   :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` and :mod:`topicmech.tied_attention` (5);
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
@@ -19,12 +20,11 @@ Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_top
 ``tau = topics_per_doc``; matrices act on column vectors; attention is ``(batch, query, key)``.
 """
 
-from . import data, model, probes, theory, train, utils
+from . import data, losses, model, probes, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
 from .setting import BERT_MASKING, Masking, Setting
-from .train import train as train_model
 from .utils import MODE, is_full, seed_everything, setup_notebook
 
 __version__ = "0.2.0"
@@ -40,6 +40,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
-__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
-           "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation", "train_model",
+__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
+           "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation",
            "MODE", "is_full", "seed_everything", "setup_notebook"]

@@ -12,7 +12,7 @@ import torch
 
 from .utils import check_float, check_masking, check_positive_int, make_generator
 
-__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "check_docs", "check_topic_model"]
+__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "corrupt", "check_docs", "check_topic_model"]
 
 
 class TopicModel:
@@ -184,9 +184,15 @@ def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch
     return docs.long()
 
 
-def _corrupt(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, words: torch.Tensor, mask_id: int,
-             p_m: float, p_c: float, p_r: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`bert_mask` from its already-drawn uniforms ``sel_u``, ``branch`` and random ``words``."""
+def corrupt(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, words: torch.Tensor, mask_id: int,
+            p_m: float, p_c: float, p_r: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`bert_mask` from its already-drawn random numbers, without validation.
+
+    ``docs`` (true word ids), the uniforms ``sel_u`` (selection) and ``branch`` (``[MASK]``,
+    random or kept) and the random ``words`` share one shape; ``mask_id`` is ``V``. Returns
+    ``(inputs, selected)`` as :func:`bert_mask` does; the training loops draw the numbers in
+    :func:`bert_mask`'s order and call this.
+    """
     selected = sel_u < p_m
     to_mask = selected & (branch >= p_c + p_r)
     to_random = selected & (branch >= p_c) & (branch < p_c + p_r)
@@ -220,4 +226,4 @@ def bert_mask(docs: torch.Tensor, vocab_size: int, mask_prob: float = 0.15, keep
     sel_u = torch.rand(docs.shape, generator=gen)                              # (B, N)
     branch = torch.rand(docs.shape, generator=gen)                             # (B, N)
     words = torch.randint(vocab_size, docs.shape, generator=gen)               # (B, N)
-    return _corrupt(docs, sel_u, branch, words, vocab_size, p_m, p_c, p_r)
+    return corrupt(docs, sel_u, branch, words, vocab_size, p_m, p_c, p_r)

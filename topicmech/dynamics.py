@@ -18,10 +18,11 @@ from torch import nn
 
 from . import theory
 from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
+from .losses import mlm_loss
 from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
 from .stage1 import SAFE_FRACTION, sigma_range
-from .train import History, mlm_loss
+from .train import History
 from .train import train as _train
 from .utils import as_float64, check_positive_int, check_seeds, map_seeded
 
@@ -119,16 +120,18 @@ def standard_probes(
     probes["kq_norm"] = lambda m: float(m.key_query_matrix().norm())
     probes["kq_same_word"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_word"]
     probes["kq_same_topic"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_topic"]
-    cache: dict[str, Any] = {"key": None, "value": None}
+    cache: dict[str, Any] = {"model": None, "params": [], "value": None}
     read = relation_reader(inputs, topic)                                       # the batch's pairs, classified once
 
     def attention(m: nn.Module) -> AttentionByRelation:
-        # one forward pass for both attention probes, redone only when a parameter changed
-        # in place since the last call (torch bumps ._version)
-        key = (id(m), tuple(p._version for p in m.parameters()))
-        if cache["key"] != key:
+        # one forward pass for both attention probes, redone for another model or when a parameter's
+        # values differ from the copies kept at the last pass
+        params = [p.detach() for p in m.parameters()]
+        if cache["model"] is not m or len(params) != len(cache["params"]) \
+                or not all(torch.equal(p, q) for p, q in zip(params, cache["params"])):
             with torch.no_grad():
-                cache["key"], cache["value"] = key, read(m.attention_pattern(inputs, selected))
+                cache["model"], cache["params"] = m, [p.clone() for p in params]
+                cache["value"] = read(m.attention_pattern(inputs, selected))
         return cache["value"]
 
     probes["attention"] = lambda m: np.asarray(attention(m), dtype=float)

@@ -2,15 +2,14 @@
 
 The prediction at a selected position is ``f = W_U W_E xbar`` with an identity head
 (``W_U = I``, ``d = D``) or a tied head (``W_U = W_E^T``). Here: the training recipe
-(:func:`embedding_model`, :func:`train_in_phases`), probes of a learned embedding, the tied-head
-optimum through the symmetry algebra (:func:`tied_embedding_blocks`) and the authors' tied head
-with a logit bias (``embedding_model(..., bias=True)``, :func:`tied_bias_optimum`). Columns of ``W_E`` are embeddings.
+(:func:`embedding_model` and :data:`DEFAULT_PHASES` for ``topicmech.train.train(phases=...)``),
+probes of a learned embedding, the tied-head optimum through the symmetry algebra
+(:func:`tied_embedding_blocks`) and the authors' tied head with a logit bias (``embedding_model(..., bias=True)``, :func:`tied_bias_optimum`). Columns of ``W_E`` are embeddings.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -18,18 +17,16 @@ import numpy as np
 import torch
 
 from . import theory as th
-from .data import TopicModel
 from .model import OneLayerTransformer
-from .train import History, train
-from .utils import as_float64, check_positive_int, spawn_seeds
+from .utils import as_float64, check_positive_int
 
 __all__ = [
-    "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "train_in_phases", "topic_spread", "TopicCosines",
+    "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
     "topic_cosines", "normalized_gram", "TiedBlocks", "tied_embedding_blocks", "weighted_topic_gap",
     "TiedBiasOptimum", "tied_bias_optimum",
 ]
 
-#: ``(steps, lr)`` per phase of chapter 3 and of :func:`train_in_phases` (Adam, batch 256).
+#: ``(steps, lr)`` per phase of chapter 3, for ``topicmech.train.train(phases=...)`` (Adam, batch 256).
 #: Adam's step is about ``lr`` per entry whatever the curvature, so they serve every setting.
 DEFAULT_PHASES: tuple[tuple[int, float], ...] = ((300, 1e-2), (300, 3e-3), (400, 1e-3))
 #: Half as long, for qualitative checks (chapter 3 uses it for cross-entropy).
@@ -46,14 +43,15 @@ def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> 
 
 
 def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Literal["tied", "identity"] = "tied",
-                    attend_to_masked: bool = True, init_scale: float | None = None, bias: bool = False,
+                    attend_to_masked: bool, init_scale: float | None = None, bias: bool = False,
                     seed: int = 0) -> OneLayerTransformer:
     """The chapter-3 model: learned embeddings, uniform attention, ``W_V = I``; only ``W_E`` (and ``b_pred``) train.
 
     ``num_tokens`` is ``D``; ``d_model`` must be ``D`` (the default) for ``head="identity"``
     (``W_U = I``; ``"tied"``: ``W_U = W_E^T``). ``init_scale`` defaults to 0.1 for the tied head
     (``W_E = 0`` is a saddle) and 0.01 for the identity head. ``bias=True`` adds a trained logit
-    bias ``b_pred`` (the authors' ``b^pred``).
+    bias ``b_pred`` (the authors' ``b^pred``). ``attend_to_masked`` (no default) as in
+    :class:`~topicmech.model.OneLayerTransformer`.
     """
     if head not in ("tied", "identity"):
         raise ValueError(f"head must be 'tied' or 'identity', got {head!r}")
@@ -61,58 +59,6 @@ def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Litera
         init_scale = 0.1 if head == "tied" else 0.01
     return OneLayerTransformer(num_tokens, d_model=d_model, embedding="learned", attention="uniform", value="identity",
                                head=head, attend_to_masked=attend_to_masked, init_scale=init_scale, bias=bias, seed=seed)
-
-
-def _check_phases(name: str, phases: object) -> tuple[tuple[int, float], ...]:
-    """Validate ``(steps, lr)`` phases; return them as a tuple of ``(int, float)`` pairs."""
-    bad = ValueError(f"{name} must be a non-empty sequence of (steps, lr) pairs, steps >= 1 and lr > 0, got {phases!r}")
-    try:
-        pairs = [tuple(p) for p in phases]  # type: ignore[union-attr]
-        out = tuple((int(steps), float(lr)) for steps, lr in pairs)
-    except (TypeError, ValueError):
-        raise bad from None
-    if not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s, _ in pairs) \
-            or any(isinstance(lr, (bool, str, bytes)) for _, lr in pairs) \
-            or any(s < 1 or not (math.isfinite(lr) and lr > 0) for s, lr in out):
-        raise bad
-    return out
-
-
-def train_in_phases(
-    model: torch.nn.Module, data: TopicModel | torch.Tensor, *, doc_len: int | None = None,
-    phases: Sequence[tuple[int, float]] | None = None, batch_size: int = 256,
-    loss: Literal["squared", "cross_entropy"] = "squared", optimizer: Literal["sgd", "adam"] = "adam",
-    seed: int = 0, **train_kwargs: object,
-) -> History:
-    """Train ``model`` in place with a piecewise-constant (step-decayed) learning rate.
-
-    Calls :func:`topicmech.train.train` once per ``(steps, lr)`` phase (fresh optimizer, data
-    seed ``i`` spawned from the non-negative ``seed``; ``data``, ``doc_len``, ``batch_size``,
-    ``loss``, ``optimizer`` and ``**train_kwargs`` passed on) and concatenates the histories
-    (steps numbered across phases; each phase re-records its starting probe). ``phases``
-    defaults to :data:`DEFAULT_PHASES` for Adam; SGD has none (the tied loss is quartic in
-    ``W_E``, no rate is safe everywhere) and raises ValueError without it.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    if phases is None:
-        if optimizer != "adam":
-            raise ValueError(f"no default phases for optimizer={optimizer!r} (the SGD step depends on the "
-                             "curvature); pass phases=[(steps, lr), ...] explicitly, or use optimizer='adam'")
-        phases = DEFAULT_PHASES
-    phases = _check_phases("phases", phases)
-    out = History()
-    offset = 0
-    for (steps, lr), s in zip(phases, spawn_seeds(seed, len(phases))):
-        h = train(model, data, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                  optimizer=optimizer, lr=lr, seed=s, **train_kwargs)  # type: ignore[arg-type]
-        out.step.extend(offset + t for t in h.step)
-        out.loss.extend(h.loss)
-        out.probe_step.extend(offset + t for t in h.probe_step)
-        for k, vals in h.probes.items():
-            out.probes.setdefault(k, []).extend(vals)
-        offset += steps
-    return out
 
 
 def _check_words(num_cols: int, words_per_topic: int) -> tuple[int, int]:

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from .data import TopicModel, check_topic_model
-from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
+from .train import check_phases, train
 from .utils import as_float64, check_float, check_masking, check_positive_int
 
 __all__ = [
@@ -189,7 +189,7 @@ def train_value_matrix(
 
     One-hot embeddings, frozen uniform attention, identity head, ``W^V`` initialised at
     ``init_scale`` times a Gaussian; the phases run through
-    :func:`topicmech.embeddings.train_in_phases` on fresh documents (seeds derived from ``seed``).
+    :func:`topicmech.train.train` on fresh documents (one seed per phase, spawned from ``seed``).
 
     Parameters
     ----------
@@ -216,7 +216,7 @@ def train_value_matrix(
     if phases is None:
         phases = default_phases(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
                                 mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
-    phases = _check_phases("phases", phases)
+    phases = check_phases(phases)
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
@@ -229,17 +229,15 @@ def train_value_matrix(
         b = orbit_means(m.value_matrix().detach().double().cpu().numpy(), T, v)
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
-    hist = train_in_phases(
-        model, topic_model, doc_len=doc_len, phases=phases, batch_size=batch_size,
+    hist = train(
+        model, topic_model, phases=phases, doc_len=doc_len, batch_size=batch_size,
         loss=loss, optimizer="sgd", seed=seed, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
         random_prob=random_prob, probes={"blocks": probe}, probe_every=probe_every,
     )
-    step = np.asarray(hist.probe_step)
-    new = np.r_[True, step[1:] != step[:-1]]  # every phase re-records its starting point: keep one
     return StageOneRun(
         W_V=model.value_matrix().detach().double().cpu().numpy(),
-        probe_step=step[new],
-        blocks=hist.probe("blocks")[new],
+        probe_step=np.asarray(hist.probe_step),
+        blocks=hist.probe("blocks"),
         loss=np.asarray(hist.loss),
         phases=phases,
         num_topics=T,

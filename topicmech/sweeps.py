@@ -126,10 +126,8 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
                                 head="identity", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
     common = dict(batch_size=batch_size, doc_len=doc_len, loss=loss, optimizer=optimizer, l2=l2,
                   mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
-    losses = list(train(model, topic_model, steps=steps, lr=lr, seed=1000 + seed, **common).loss)
-    if anneal_steps:
-        losses += train(model, topic_model, steps=int(anneal_steps), lr=float(lr) / 10.0, seed=500_000 + seed,
-                        **common).loss
+    phases = [(steps, lr)] + ([(int(anneal_steps), float(lr) / 10.0)] if anneal_steps else [])
+    losses = train(model, topic_model, phases=phases, seed=[1000 + seed, 500_000 + seed][:len(phases)], **common).loss
     W = model.W_V.detach().double().cpu().numpy()                                  # (D, D)
     out: dict[str, Any] = _summarise_value(W, topic_model.topic_of_word)
     out["final_loss"] = _tail_loss(losses)
