@@ -10,14 +10,15 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
   assumptions), :mod:`topicmech.pretrained` (real text);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
-  (performance), :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
+  (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
+  :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
 
 Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_topic``,
 ``V = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``, ``N = doc_len``,
 ``tau = topics_per_doc``; matrices act on column vectors; attention is ``(batch, query, key)``.
 """
 
-from . import data, model, probes, theory, train, utils
+from . import data, model, probes, runner, theory, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
@@ -38,6 +39,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
-__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
+__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "model", "plotting", "probes", "runner", "theory", "train", "utils", "SimplifiedTopicModel",
            "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation", "train_model",
            "MODE", "is_full", "seed_everything", "setup_notebook"]

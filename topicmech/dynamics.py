@@ -1,4 +1,4 @@
-"""Training dynamics: probes tracked during training, stage timing, and a seeded sweep runner.
+"""Training dynamics: probes tracked during training and stage timing.
 
 Probes plug into ``topicmech.train.train(probes=...)``; attention statistics are multiples
 of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, query]``.
@@ -6,9 +6,8 @@ of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, q
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,13 +22,13 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, rel
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import as_float64, check_positive_int, check_seeds, map_seeded
+from .utils import as_float64, check_positive_int
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
     "stage_times", "growth_rate", "topic_growth_eigenvalue", "predicted_growth_rate", "JointRun", "train_joint",
-    "run_summary", "plot_tracked", "plot_attention", "Sweep", "run_seeds", "run_grid",
+    "run_summary", "plot_tracked", "plot_attention",
 ]
 
 #: Order of the entries of the ``"attention"`` probe (see :class:`topicmech.probes.AttentionByRelation`).
@@ -549,97 +548,3 @@ def plot_attention(
     if title:
         ax.set_title(title)
     return ax
-
-
-@dataclass
-class Sweep:
-    """Results of :func:`run_seeds` or :func:`run_grid`.
-
-    ``records`` holds one dict per call: its parameters (``"seed"`` and any grid keys) and,
-    under ``"result"``, what the function returned (:func:`topicmech.sweeps.tidy` makes rows).
-    """
-
-    records: list[dict[str, Any]]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    @property
-    def seeds(self) -> list[int]:
-        """The seed of each record."""
-        return [r["seed"] for r in self.records]
-
-    @property
-    def results(self) -> list[Any]:
-        """What the function returned, one entry per record."""
-        return [r["result"] for r in self.records]
-
-    def select(self, **where: Any) -> Sweep:
-        """The records whose parameters equal ``where`` (e.g. ``sweep.select(doc_len=20)``)."""
-        for k in [k for k in where if self.records and k not in self.records[0]]:
-            raise ValueError(f"no parameter {k!r}; parameters: {sorted(set(self.records[0]) - {'result'})}")
-        return Sweep([r for r in self.records if all(r[k] == v for k, v in where.items())])
-
-    def values(self, key: str | Callable[[Any], Any] | None = None, **where: Any) -> np.ndarray:
-        """Stack ``result[key]`` (mappings), ``result.key``, ``key(result)`` (callable) or the result (None).
-
-        Only records matching ``where`` (as in :meth:`select`) count.
-        """
-
-        def get(res: Any) -> Any:
-            if key is None or callable(key):
-                return res if key is None else key(res)
-            if isinstance(res, Mapping):
-                if key not in res:
-                    raise ValueError(f"no entry {key!r} in the results; entries: {sorted(res)}")
-                return res[key]
-            if not hasattr(res, key):
-                raise ValueError(f"result of type {type(res).__name__} has no attribute {key!r}")
-            return getattr(res, key)
-
-        out = [get(res) for res in self.select(**where).results]
-        return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
-
-
-def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool,
-           n_jobs: int | None) -> Sweep:
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
-    seed_list = check_seeds(seeds)
-    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in seed_list]
-    results = map_seeded(fn, tasks, reseed, n_jobs=n_jobs)
-    return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
-
-
-def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True,
-              n_jobs: int | None = None) -> Sweep:
-    """Call ``fn(seed)`` once per seed; records ``{"seed": seed, "result": fn(seed)}`` in order.
-
-    ``fn`` should pass ``seed`` to every random call; ``seeds``: distinct non-negative ints,
-    or ``n`` for ``range(n)``; ``reseed`` also calls :func:`topicmech.utils.seed_everything`
-    before each call; ``n_jobs`` processes run the calls (:func:`topicmech.utils.parallel_map`).
-    """
-    return _sweep(fn, {}, seeds, reseed, n_jobs)
-
-
-def run_grid(
-    fn: Callable[..., Any], grid: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int = 1, *, reseed: bool = True,
-    n_jobs: int | None = None,
-) -> Sweep:
-    """Call ``fn(seed=seed, **params)`` for every combination of ``grid`` and every seed.
-
-    ``grid`` maps names to values, swept in the order given with seeds innermost; ``seeds``,
-    ``reseed`` and ``n_jobs`` as in :func:`run_seeds` (default: seed 0). Records: ``{"seed", **params, "result"}``.
-
-    Examples
-    --------
-    >>> sweep = run_grid(lambda seed, n: {"y": n * 10 + seed}, {"n": [1, 2]}, seeds=2)
-    >>> sweep.values("y", n=2)
-    array([20., 21.])
-    """
-    if not isinstance(grid, Mapping) or not grid:
-        raise ValueError(f"grid must be a non-empty mapping of parameter names to values, got {grid!r}")
-    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in grid.items()}
-    for k in [k for k, v in axes.items() if k in ("seed", "result") or not v]:
-        raise ValueError(f"grid[{k!r}] = {grid[k]!r}: need a non-empty sequence and a key other than 'seed', 'result'")
-    return _sweep(fn, axes, seeds, reseed, n_jobs)

@@ -31,6 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
+from .runner import parallel_map, start_method
 from .utils import (
     as_float64,
     check_choice,
@@ -38,9 +39,7 @@ from .utils import (
     check_probability,
     check_seed,
     numpy_rng,
-    parallel_map,
     shift_seed,
-    start_method,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -902,7 +901,7 @@ def _map_batches(fn: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizer
 
 
 def _forked_map(fn: Any, items: Iterable[Any]) -> list[Any]:
-    """:func:`topicmech.utils.parallel_map` where its workers are forked (they share what is loaded, and a
+    """:func:`topicmech.runner.parallel_map` where its workers are forked (they share what is loaded, and a
     script needs no ``if __name__ == "__main__"`` guard), else a plain loop."""
     return parallel_map(fn, items, n_jobs=None if start_method() == "fork" else 1)
 
