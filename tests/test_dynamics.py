@@ -246,7 +246,7 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
 # ---- a short tracked run --------------------------------------------------------------------
 
 
-def test_train_joint_short_run_and_plots():
+def test_train_joint_short_run():
     run = dynamics.train_joint(TM, N, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
                                num_heldout=16)
     assert run.W_star.shape == (D, D) and run.times is not None
@@ -255,18 +255,6 @@ def test_train_joint_short_run_and_plots():
     summary = dynamics.run_summary(run, plateau_window=5, final_window=10)
     assert {"t_V", "t_A", "ratio", "A_growth_stage1", "topic_attention_ratio", "self_attention_ratio",
             "plateau_loss", "final_loss", "plateau_gap", "final_gap"} == set(summary)
-    for scale in ("linear", "sqrt", "log"):
-        fig = dynamics.plot_tracked(run, loss_reference=0.88, step_scale=scale, title="t")
-        assert len(fig.axes) == 4
-    with pytest.raises(ValueError, match="step_scale"):
-        dynamics.plot_tracked(run, step_scale="cube")
-    ax = dynamics.plot_attention(run, fields=("same_topic", "diff_topic"))
-    assert len(ax.lines) == 3                                    # two fields and the uniform line
-    with pytest.raises(ValueError, match="fields"):
-        dynamics.plot_attention(run, fields=("topic",))
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 def test_train_joint_without_closed_form():
