@@ -11,6 +11,7 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
   assumptions), :mod:`topicmech.pretrained` (real text);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
   (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
+  :mod:`topicmech.stats` (sampling statistics of chapters 1 and 4 and their tests),
   :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
 
 Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_topic``,
@@ -32,7 +33,7 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast",
-                "tied_attention", "reproduce"):
+                "tied_attention", "reproduce", "stats"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
