@@ -29,6 +29,7 @@ from scipy import stats
 
 import topicmech as tm
 from topicmech import theory
+from topicmech.stats import count_chi2, distinct_topics_moments, doc_counts, max_abs_z, pair_stats
 
 PER_CHECK = 1e-6
 POOLED = 1e-4
@@ -38,41 +39,8 @@ BOOK = dict(T=10, v=10, tau=2, N=64)
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers (the same estimators as chapter 1, written independently of the notebook)
+# Helpers (the estimators of chapter 1 are in topicmech.stats)
 # ---------------------------------------------------------------------------------------
-
-
-def doc_counts(tokens: torch.Tensor, size: int) -> np.ndarray:
-    """(num_docs, size) count vectors."""
-    M = tokens.shape[0]
-    flat = (torch.arange(M)[:, None] * size + tokens).reshape(-1)
-    return torch.bincount(flat, minlength=M * size).reshape(M, size).double().numpy()
-
-
-def count_chi2(counts: np.ndarray, p: np.ndarray, P: np.ndarray) -> tuple[float, int]:
-    """Chi-square of summed count vectors against the exact mean N p and covariance."""
-    M, N = counts.shape[0], counts[0].sum()
-    cov = N * np.diag(p) + N * (N - 1) * P - N**2 * np.outer(p, p)
-    x = (counts.sum(0) - M * N * p) / math.sqrt(M)
-    return float(x @ np.linalg.pinv(cov, hermitian=True, rcond=1e-10) @ x), len(p) - 1
-
-
-def pair_stats(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased pair-frequency estimate and its standard error."""
-    M, N = counts.shape[0], counts[0].sum()
-    K = N * (N - 1)
-    s1 = counts.T @ counts - np.diag(counts.sum(0))
-    s2 = (counts**2).T @ counts**2
-    np.fill_diagonal(s2, ((counts**2 - counts) ** 2).sum(0))
-    mean = s1 / (M * K)
-    var = s2 / (M * K**2) - mean**2
-    return mean, np.sqrt(var / M)
-
-
-def max_abs_z(est: np.ndarray, se: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
-    iu = np.triu_indices(len(exact))
-    z = (est - exact)[iu] / se[iu]
-    return float(np.abs(z).max()), float(stats.norm.isf(PER_CHECK / (2 * len(z))))
 
 
 def pooled_chi2_ok(values: list[float], df: int) -> tuple[bool, str]:
@@ -80,18 +48,6 @@ def pooled_chi2_ok(values: list[float], df: int) -> tuple[bool, str]:
     total, dof = float(np.sum(values)), df * len(values)
     lo, hi = stats.chi2.ppf(POOLED / 2, dof), stats.chi2.isf(POOLED / 2, dof)
     return lo < total < hi, f"sum {total:.1f} not in ({lo:.1f}, {hi:.1f}) for {dof} dof"
-
-
-def distinct_topics_moments(model: tm.data.TopicModel, N: int) -> tuple[float, float]:
-    """Exact mean and variance of the number of distinct topics in a document of length N."""
-    if isinstance(model, tm.SimplifiedTopicModel):
-        m = model.topics_per_doc
-        miss1, miss2 = (1 - 1 / m) ** N, (1 - 2 / m) ** N
-    else:
-        m, a = model.num_topics, model.alpha
-        miss1 = float(np.prod([((m - 1) * a + k) / (m * a + k) for k in range(N)]))
-        miss2 = float(np.prod([((m - 2) * a + k) / (m * a + k) for k in range(N)]))
-    return m * (1 - miss1), m * miss1 * (1 - miss1) + m * (m - 1) * (miss2 - miss1**2)
 
 
 SAMPLER_SETTINGS = {
@@ -127,9 +83,9 @@ def test_sampler_matches_exact_statistics(name: str) -> None:
         assert x2 < stats.chi2.isf(PER_CHECK, df_t), (name, seed, "topics", x2)
         topic_x2.append(x2)
 
-        zmax, bound = max_abs_z(*pair_stats(cw), model.expected_cooccurrence())
+        zmax, bound = max_abs_z(*pair_stats(cw), model.expected_cooccurrence(), PER_CHECK)
         assert zmax < bound, (name, seed, "word co-occurrence", zmax, bound)
-        zmax, bound = max_abs_z(*pair_stats(ct), model.expected_topic_cooccurrence())
+        zmax, bound = max_abs_z(*pair_stats(ct), model.expected_topic_cooccurrence(), PER_CHECK)
         assert zmax < bound, (name, seed, "topic co-occurrence", zmax, bound)
 
         k = (ct > 0).sum(1)

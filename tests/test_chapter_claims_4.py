@@ -20,6 +20,7 @@ import torch
 
 import topicmech as tm
 from topicmech import stage1, theory
+from topicmech.stats import relative_errors
 
 # The chapter's quick-mode setting.
 T, V_PER, TAU, N = 10, 10, 2, 64
@@ -40,18 +41,6 @@ OTHER_SETTINGS = [
     dict(num_topics=3, words_per_topic=5, topics_per_doc=2, doc_len=200, mask_prob=0.05, keep_prob=0.5, random_prob=0.0),
 ]
 ALL_SETTINGS = [SETTING] + OTHER_SETTINGS
-
-
-def relative_errors(learned: theory.ValueBlocks, target: theory.ValueBlocks, visible: bool) -> dict[str, float]:
-    """Errors of learned orbit means on the scale of each exact quantity (as in the chapter)."""
-    topic = target.same_topic - target.diff_topic
-    boost_scale = target.diag - target.same_topic if visible else topic  # hidden keys: alpha* = beta*
-    return {
-        "boost": ((learned.diag - learned.same_topic) - (target.diag - target.same_topic)) / boost_scale,
-        "topic": (learned.same_topic - learned.diff_topic) / topic - 1,
-        "diff_topic": (learned.diff_topic - target.diff_topic) / abs(target.diff_topic),
-        "mask_col": (learned.mask_col - target.mask_col) / target.mask_col if visible else learned.mask_col,
-    }
 
 
 def assert_within(errors: dict[str, float], margins: dict[str, float], context: object) -> None:

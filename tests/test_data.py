@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, TopicModel, bert_mask, check_docs, check_topic_model
+from topicmech.stats import doc_counts
 
 NUM_DOCS = 20_000
 DOC_LEN = 12
@@ -37,13 +38,6 @@ SETTINGS = [
     ("lda T=5 v=2 alpha=1e-3", lambda: LDATopicModel(5, 2, 1e-3)),
 ]
 IDS = [label for label, _ in SETTINGS]
-
-
-def doc_counts(docs: torch.Tensor, vocab_size: int) -> np.ndarray:
-    """Word counts per document, shape (num_docs, V), float64."""
-    counts = torch.zeros(docs.shape[0], vocab_size, dtype=torch.float64)
-    counts.scatter_add_(1, docs, torch.ones(docs.shape, dtype=torch.float64))
-    return counts.numpy()
 
 
 def z_scores(per_doc_mean: np.ndarray, per_doc_sq: np.ndarray, expected: np.ndarray, n: int) -> np.ndarray:

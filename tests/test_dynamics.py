@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import dynamics, theory
+from topicmech import dynamics, runner, theory
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
@@ -247,7 +247,7 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
 # ---- a short tracked run --------------------------------------------------------------------
 
 
-def test_train_joint_short_run_and_plots():
+def test_train_joint_short_run():
     run = dynamics.train_joint(TM, N, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
                                num_heldout=16)
     assert run.W_star.shape == (D, D) and run.times is not None
@@ -256,18 +256,6 @@ def test_train_joint_short_run_and_plots():
     summary = dynamics.run_summary(run, plateau_window=5, final_window=10)
     assert {"t_V", "t_A", "ratio", "A_growth_stage1", "topic_attention_ratio", "self_attention_ratio",
             "plateau_loss", "final_loss", "plateau_gap", "final_gap"} == set(summary)
-    for scale in ("linear", "sqrt", "log"):
-        fig = dynamics.plot_tracked(run, loss_reference=0.88, step_scale=scale, title="t")
-        assert len(fig.axes) == 4
-    with pytest.raises(ValueError, match="step_scale"):
-        dynamics.plot_tracked(run, step_scale="cube")
-    ax = dynamics.plot_attention(run, fields=("same_topic", "diff_topic"))
-    assert len(ax.lines) == 3                                    # two fields and the uniform line
-    with pytest.raises(ValueError, match="fields"):
-        dynamics.plot_attention(run, fields=("topic",))
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 def test_train_joint_without_closed_form():
@@ -276,80 +264,6 @@ def test_train_joint_without_closed_form():
     assert run.W_star is None and run.times is None and "value_gap" not in run.history.probes
     with pytest.raises(ValueError, match="stage times"):
         dynamics.run_summary(run)
-
-
-# ---- sweeps ---------------------------------------------------------------------------------
-
-
-def test_run_seeds_collects_in_order():
-    sweep = dynamics.run_seeds(lambda seed: {"x": float(seed), "arr": np.arange(3) + seed}, [3, 1, 2])
-    assert sweep.seeds == [3, 1, 2] and len(sweep) == 3
-    np.testing.assert_array_equal(sweep.values("x"), [3.0, 1.0, 2.0])
-    assert sweep.values("arr").shape == (3, 3)
-    np.testing.assert_array_equal(sweep.values(lambda r: r["x"] * 2), [6.0, 2.0, 4.0])
-    assert dynamics.run_seeds(lambda s: s, 4).seeds == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="no entry"):
-        sweep.values("y")
-
-
-def test_run_seeds_reads_attributes_and_reseeds_global_state():
-    sweep = dynamics.run_seeds(lambda seed: dynamics.StageTimes(10, 10 * (seed + 1)), 3)
-    np.testing.assert_array_equal(sweep.values("ratio"), [1.0, 2.0, 3.0])
-    a = dynamics.run_seeds(lambda seed: float(torch.rand(1)), [5, 6])
-    b = dynamics.run_seeds(lambda seed: float(torch.rand(1)), [5, 6])
-    np.testing.assert_array_equal(a.values(), b.values())
-    with pytest.raises(ValueError, match="attribute"):
-        sweep.values("nope")
-
-
-@pytest.mark.parametrize("seeds", [[], [1, 1], [-1], [True], 0])
-def test_run_seeds_rejects_bad_seeds(seeds):
-    with pytest.raises(ValueError, match="seeds"):
-        dynamics.run_seeds(lambda s: s, seeds)
-
-
-def test_run_grid_in_two_processes_matches_one():
-    """Results depend only on the seed and the parameters, so two processes give the serial sweep."""
-    def fn(seed, lr):
-        model = OneLayerTransformer(7, attention="learned", value="learned", seed=seed, attend_to_masked=True)
-        hist = train_model(model, SimplifiedTopicModel(3, 2, 1), steps=5, batch_size=8, doc_len=6, lr=lr, seed=seed)
-        return hist.loss + [float(torch.rand(1))]          # the global torch RNG is reseeded too
-
-    grid = {"lr": [0.1, 0.2]}
-    one, two = (dynamics.run_grid(fn, grid, seeds=[0, 3], n_jobs=n) for n in (1, 2))
-    assert [r["seed"] for r in two.records] == [0, 3, 0, 3]
-    gen = dynamics.run_grid(lambda seed, n: n + seed, {"n": [1, 2]}, seeds=(s for s in [0, 3]))  # read once
-    assert [r["result"] for r in gen.records] == [1, 4, 2, 5]
-    assert [r["result"] for r in two.records] == [r["result"] for r in one.records]
-
-
-def test_run_grid_sweeps_the_product_with_seeds_innermost():
-    calls = []
-
-    def fn(seed, n, k):
-        calls.append((n, k, seed))
-        return {"y": 100 * n + 10 * k + seed}
-
-    sweep = dynamics.run_grid(fn, {"n": [1, 2], "k": [0, 1]}, seeds=2)
-    assert calls[:3] == [(1, 0, 0), (1, 0, 1), (1, 1, 0)] and len(sweep) == 8
-    np.testing.assert_array_equal(sweep.values("y", n=2, k=1), [210.0, 211.0])
-    assert len(sweep.select(n=1)) == 4
-    assert len(sweep.values("y", k=0)) == 4 and sweep.select(n=2, k=1).seeds == [0, 1]
-    with pytest.raises(ValueError, match="parameter"):
-        sweep.select(m=1)
-    with pytest.raises(ValueError, match="grid"):
-        dynamics.run_grid(fn, {})
-    with pytest.raises(ValueError, match="seed"):
-        dynamics.run_grid(fn, {"seed": [1]})
-    with pytest.raises(ValueError, match="non-empty"):
-        dynamics.run_grid(fn, {"n": []})
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    result = doctest.testmod(dynamics)
-    assert result.attempted > 0 and result.failed == 0, result
 
 
 # ---- chapter 6 claims over ten seeds (slow) -------------------------------------------------
@@ -361,7 +275,7 @@ COMMON = dict(init_scale=0.1, batch_size=128, probe_every=20)
 
 
 def _joint(steps: int, optimizer: str, lr: float, attend_to_masked: bool):
-    return dynamics.run_seeds(
+    return runner.run_seeds(
         lambda seed: dynamics.train_joint(TM, N, steps=steps, optimizer=optimizer, lr=lr, seed=seed,
                                           attend_to_masked=attend_to_masked, **COMMON), SEEDS)
 
@@ -387,7 +301,7 @@ def adam_visible():
 
 
 def _summaries(sweep):
-    return dynamics.run_seeds(lambda seed: dynamics.run_summary(sweep.results[list(SEEDS).index(seed)]), SEEDS)
+    return runner.run_seeds(lambda seed: dynamics.run_summary(sweep.results[list(SEEDS).index(seed)]), SEEDS)
 
 
 @pytest.mark.slow

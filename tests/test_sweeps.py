@@ -44,7 +44,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, stage2, sweeps, theory
+from topicmech import dynamics, runner, stage2, sweeps, theory
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
@@ -283,70 +283,6 @@ def test_stage2_drive():
 
 
 # ----------------------------------------------------------------------------------------
-# Tidy tables
-# ----------------------------------------------------------------------------------------
-
-
-def test_tidy_and_aggregate():
-    sweep = dynamics.run_grid(lambda seed, n: {"y": float(n + seed), "arr": np.zeros(2), "k": np.int64(3)},
-                              {"n": [1, 2]}, seeds=3)
-    rows = sweeps.tidy(sweep)
-    assert rows[0] == {"seed": 0, "n": 1, "y": 1.0, "k": 3} and type(rows[0]["k"]) is int
-    assert sweeps.tidy(sweep, keys=["y"])[4] == {"seed": 1, "n": 2, "y": 3.0}
-    agg = sweeps.aggregate(rows, ["n"], ["y"])
-    assert [a["n"] for a in agg] == [1, 2]
-    assert agg[1]["y_mean"] == 3.0 and agg[1]["y_std"] == pytest.approx(1.0) and agg[1]["y_min"] == 2.0
-    assert sweeps.aggregate(rows, [], ["y"])[0]["count"] == 6 and agg[0]["count"] == 3
-    with pytest.raises(ValueError, match="not a scalar"):
-        sweeps.tidy(sweep, keys=["arr"])
-    with pytest.raises(ValueError, match="no entry"):
-        sweeps.tidy(sweep, keys=["z"])
-    with pytest.raises(ValueError, match="clashes"):
-        sweeps.tidy(dynamics.run_grid(lambda seed, n: {"n": 1.0}, {"n": [1]}))
-    with pytest.raises(ValueError, match="mappings"):
-        sweeps.tidy(dynamics.run_seeds(lambda seed: 1.0, 2))
-    with pytest.raises(ValueError, match="Sweep"):
-        sweeps.tidy([{"a": 1}])
-    with pytest.raises(ValueError, match="missing"):
-        sweeps.aggregate(rows, ["m"], ["y"])
-    with pytest.raises(ValueError, match="sequences"):
-        sweeps.aggregate(rows, "n", ["y"])
-    with pytest.raises(ValueError, match="empty"):
-        sweeps.aggregate([], ["n"], ["y"])
-
-
-def test_sweep_axes_order_and_cache():
-    calls = []
-
-    def fn(seed, a=0, b=0):
-        calls.append((seed, a, b))
-        return {"y": 10 * a + b + seed / 10, "arr": np.ones(3)}
-
-    rows = sweeps.sweep_axes(fn, {"a": [1, 2], "b": [0, 5]}, seeds=[0, 1], base={"a": 1, "b": 0})
-    assert [(r["param"], r["value"], r["seed"]) for r in rows] == [
-        ("a", 1, 0), ("a", 1, 1), ("a", 2, 0), ("a", 2, 1), ("b", 0, 0), ("b", 0, 1), ("b", 5, 0), ("b", 5, 1)]
-    assert "arr" not in rows[0] and rows[-1]["y"] == pytest.approx(15.1)
-    assert len(calls) == 6                                                # the base point (a=1, b=0) runs once per seed
-    with pytest.raises(ValueError, match="axes"):
-        sweeps.sweep_axes(fn, {}, seeds=1)
-    with pytest.raises(ValueError, match="axis names"):
-        sweeps.sweep_axes(fn, {"seed": [1]}, seeds=1)
-    with pytest.raises(ValueError, match="seeds"):
-        sweeps.sweep_axes(fn, {"a": [1]}, seeds=[0, 0])
-    with pytest.raises(ValueError, match="mapping"):
-        sweeps.sweep_axes(lambda seed, a: 1.0, {"a": [1]}, seeds=1)
-
-
-def test_sweep_axes_in_two_processes_matches_one():
-    def fn(seed, a=0):
-        return {"y": float(torch.rand(1)) + a}          # global torch RNG, reseeded per point
-
-    one = sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=1)
-    assert sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=2) == one
-    assert sweeps.sweep_axes(fn, {"a": (a for a in [0, 1])}, seeds=[0, 1], n_jobs=1) == one   # an axis read once
-
-
-# ----------------------------------------------------------------------------------------
 # Chapter 7's claims on five seeds
 # ----------------------------------------------------------------------------------------
 
@@ -354,10 +290,10 @@ def test_sweep_axes_in_two_processes_matches_one():
 @pytest.mark.slow
 def test_claim_lda_follows_exact_optimum():
     alpha_star = theory.lda_alpha_matching(T, TAU)
-    rows = sweeps.tidy(dynamics.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
+    rows = runner.tidy(runner.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
-    table = sweeps.aggregate(rows, ["alpha"], ["topic_gap", "exact_topic_gap"])
+    table = runner.aggregate(rows, ["alpha"], ["topic_gap", "exact_topic_gap"])
     for r in table:
         assert abs(r["topic_gap_mean"] / r["exact_topic_gap_mean"] - 1) < 0.03, r
     assert table[0]["topic_gap_mean"] > 1.15 * table[-1]["topic_gap_mean"]
@@ -378,11 +314,11 @@ def test_claim_lda_cross_entropy_differs():
 @pytest.mark.slow
 def test_claim_recipes():
     L2 = 1e-3
-    rows = sweeps.tidy(dynamics.run_grid(partial(STAGE1, topics_per_doc=TAU),
+    rows = runner.tidy(runner.run_grid(partial(STAGE1, topics_per_doc=TAU),
                                          {"loss": ["squared", "cross_entropy"], "optimizer": ["sgd", "adam"],
                                           "l2": [0.0, L2]}, SEEDS))
     mean = {(r["loss"], r["optimizer"], r["l2"]): r["topic_gap_mean"]
-            for r in sweeps.aggregate(rows, ["loss", "optimizer", "l2"], ["topic_gap"])}
+            for r in runner.aggregate(rows, ["loss", "optimizer", "l2"], ["topic_gap"])}
     for r in rows:
         if r["loss"] == "squared":
             assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.03, r
@@ -409,7 +345,7 @@ def small_setting():
 @pytest.fixture(scope="module")
 def compensation_rows(small_setting):
     small, held = small_setting
-    rows = sweeps.tidy(dynamics.run_grid(
+    rows = runner.tidy(runner.run_grid(
         partial(sweeps.compensation_run, topic_model=small, doc_len=N5, steps=400, lr=1e-2, heldout=held),
         {"handicap": list(sweeps.HANDICAPS)}, SEEDS))
     return {h: [r for r in rows if r["handicap"] == h] for h in sweeps.HANDICAPS}
@@ -466,18 +402,18 @@ BASE = dict(num_topics=T, words_per_topic=V_T, topics_per_doc=TAU, doc_len=N, ma
 
 @pytest.mark.slow
 def test_claim_sweeps_follow_closed_forms():
-    rows = sweeps.sweep_axes(partial(sweeps.stage1_point, attend_to_masked=False, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
+    rows = runner.sweep_axes(partial(sweeps.stage1_point, attend_to_masked=False, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
                              SEEDS, base=BASE)
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
-    for r in sweeps.aggregate(rows, ["param", "value"], ["topic_gap", "exact_topic_gap"]):
+    for r in runner.aggregate(rows, ["param", "value"], ["topic_gap", "exact_topic_gap"]):
         assert abs(r["topic_gap_mean"] / r["exact_topic_gap_mean"] - 1) < 0.03, r
 
 
 @pytest.mark.slow
 def test_claim_stage2_drive_monte_carlo():
-    rows = sweeps.sweep_axes(sweeps.stage2_drive_point, AXES, SEEDS, base=BASE)
-    for r in sweeps.aggregate(rows, ["param", "value"], ["mc_drive", "exact_drive"]):
+    rows = runner.sweep_axes(sweeps.stage2_drive_point, AXES, SEEDS, base=BASE)
+    for r in runner.aggregate(rows, ["param", "value"], ["mc_drive", "exact_drive"]):
         if r["exact_drive_mean"] == 0:
             assert abs(r["mc_drive_mean"]) < 1e-12, r
         else:

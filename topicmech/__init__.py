@@ -13,7 +13,9 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
   (WordPieces to words), :mod:`topicmech.word_pairs` (statistics by topic relation) and
   :mod:`topicmech.pretrained` (the encoder and its measurements);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
-  (performance), :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
+  (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
+  :mod:`topicmech.stats` (sampling statistics of chapters 1 and 4 and their tests),
+  :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
 
 Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_topic``,
 ``V = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``, ``N = doc_len``,
@@ -33,13 +35,14 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "corpus", "alignment", "word_pairs", "pretrained", "dynamics", "sweeps", "stage1",
-                "stage2", "embeddings", "fast", "tied_attention", "reproduce"):
+                "stage2", "embeddings", "fast", "tied_attention", "reproduce", "runner", "stats"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
-__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "theory", "train", "utils", "SimplifiedTopicModel",
+__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "runner", "theory", "train", "utils",
+           "SimplifiedTopicModel",
            "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation",
            "MODE", "is_full", "seed_everything", "setup_notebook"]

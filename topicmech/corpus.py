@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .utils import check_positive_int, check_probability, numpy_rng, parallel_map, shift_seed, start_method
+from .runner import parallel_map, start_method
+from .utils import check_positive_int, check_probability, numpy_rng, shift_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -328,7 +329,7 @@ def top_topic_words(topic_model: FittedLDA, fraction: float, *, overlap: bool = 
 
 
 def forked_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
-    """``[fn(x) for x in items]`` by :func:`topicmech.utils.parallel_map` where its workers are forked (they share
+    """``[fn(x) for x in items]`` by :func:`topicmech.runner.parallel_map` where its workers are forked (they share
     the loaded corpus, tokenizer and model, and a script needs no ``if __name__ == "__main__"`` guard), else a
     plain loop: the process map of the real-text modules (article cleaning, tokenizing, forward passes)."""
     return parallel_map(fn, items, n_jobs=None if start_method() == "fork" else 1)

@@ -1,4 +1,4 @@
-"""Training dynamics: probes tracked during training, stage timing, and a seeded sweep runner.
+"""Training dynamics: probes tracked during training and stage timing.
 
 Probes plug into ``topicmech.train.train(probes=...)``; attention statistics are multiples
 of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, query]``.
@@ -6,9 +6,8 @@ of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, q
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,17 +23,14 @@ from .probes import AttentionByRelation, attention_by_relation, block_means, rel
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History
 from .train import train as _train
-from .utils import as_float64, check_positive_int, check_seeds, map_seeded
+from .utils import as_float64, check_positive_int
 
 __all__ = [
-    "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
+    "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
     "stage_times", "growth_rate", "topic_growth_eigenvalue", "predicted_growth_rate", "JointRun", "train_joint",
-    "run_summary", "plot_tracked", "plot_attention", "Sweep", "run_seeds", "run_grid",
+    "run_summary",
 ]
-
-#: Order of the entries of the ``"attention"`` probe (see :class:`topicmech.probes.AttentionByRelation`).
-ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_topic")
 
 _Loss = Literal["squared", "cross_entropy"]
 _Trace = Sequence[float] | np.ndarray
@@ -105,7 +101,7 @@ def standard_probes(
     ``W^V``), ``"kq_norm"`` (``||A||_F``), ``"kq_same_word"``, ``"kq_same_topic"``
     (:func:`topicmech.probes.topic_contrasts` of ``A``), and on the batch ``heldout =
     (inputs, selected)`` (e.g. :func:`heldout_batch`) ``"attention"`` (the
-    :data:`ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
+    :data:`topicmech.probes.ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
     """
     check_topic_model(topic_model)
     if not (isinstance(heldout, tuple) and len(heldout) == 2 and isinstance(heldout[0], torch.Tensor)):
@@ -458,191 +454,3 @@ def run_summary(run: JointRun, *, plateau_window: int = 500, final_window: int =
         "plateau_gap": float(gap.min()),
         "final_gap": float(gap[-1]),
     }
-
-
-def _shade(ax: Any, times: StageTimes, end: float) -> None:
-    ax.axvspan(0, times.value_step, color="C0", alpha=0.12, lw=0)
-    if times.attention_step is not None:
-        ax.axvspan(times.attention_step, end, color="C1", alpha=0.12, lw=0)
-
-
-def plot_tracked(
-    run: JointRun, *, axes: Sequence[Any] | None = None, loss_reference: float | None = None,
-    loss_window: int = 50, title: str | None = None, shade: bool = True, legend: bool = True,
-    step_scale: Literal["linear", "sqrt", "log"] = "linear",
-) -> Any:
-    """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss; returns the figure.
-
-    Draws into ``axes`` (4 Axes) or a new figure; ``shade`` shades the two stages;
-    ``loss_reference`` adds a line to the loss panel (smoothed over ``loss_window`` steps);
-    ``step_scale="sqrt"`` or ``"log"`` (linear below step 10) keeps a short stage 1 visible.
-    """
-    import matplotlib.pyplot as plt
-
-    if step_scale not in ("linear", "sqrt", "log"):
-        raise ValueError(f"step_scale must be 'linear', 'sqrt' or 'log', got {step_scale!r}")
-    if axes is None:
-        fig, axes = plt.subplots(4, 1, figsize=(6.4, 7.4), sharex=True)
-    elif len(axes) != 4:
-        raise ValueError(f"axes must hold 4 Axes, got {len(axes)}")
-    else:
-        fig = axes[0].figure
-    h, s, times = run.history, run.steps, run.times
-    ax_v, ax_a, ax_att, ax_l = axes
-    if "value_gap" in h.probes:
-        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
-    ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
-    ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
-    contrast = run.probe("kq_same_topic").astype(float)
-    ax_a.semilogy(s, np.where(contrast > 0, contrast, np.nan), color="C2", label="same-topic score contrast")
-    ax_a.set_ylabel("key-query")
-    plot_attention(run, ax_att, shade=False, legend=False)
-    ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
-    if loss_reference is not None:
-        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^\star$, uniform attention")
-    ax_l.set(ylabel="loss", xlabel="step")
-    if shade and times is not None:
-        for ax in axes:
-            _shade(ax, times, float(s[-1]))
-        ymax = ax_v.get_ylim()[1]
-        for step, name, colour in ((times.value_step, "1", "C0"), (times.attention_step, "2", "C1")):
-            if step is not None:
-                ax_v.text(step, 0.92 * ymax, f" stage {name}", ha="left", va="top", fontsize=8, color=colour)
-    if step_scale == "log":
-        ax_l.set_xscale("symlog", linthresh=10)
-    elif step_scale == "sqrt":
-        ax_l.set_xscale("function", functions=(np.sqrt, np.square))
-        ax_l.set_xticks([t for t in (0, 20, 100, 250, 500, 1000, 2000, 4000, 8000, 16000) if t <= s[-1]])
-    ax_l.set_xlim(0, float(s[-1]))
-    if legend:
-        for ax in axes:
-            ax.legend(fontsize=7, loc="best")
-    if title:
-        ax_v.set_title(title)
-    return fig
-
-
-def plot_attention(
-    run: JointRun, ax: Any | None = None, *, fields: Sequence[str] = ATTENTION_FIELDS, shade: bool = True,
-    legend: bool = True, title: str | None = None,
-) -> Any:
-    """Average attention by relation over training (the ``"attention"`` probe) in one panel; returns the Axes.
-
-    ``fields``: which of :data:`ATTENTION_FIELDS` to draw; ``shade``: the stages, as in
-    :func:`plot_tracked`.
-    """
-    import matplotlib.pyplot as plt
-
-    unknown = [f for f in fields if f not in ATTENTION_FIELDS]
-    if unknown:
-        raise ValueError(f"fields must be among {ATTENTION_FIELDS}, got {unknown!r}")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.0, 3.0))
-    s, att = run.steps, run.probe("attention")
-    style = {"self": ("C4", ":"), "same_word": ("C3", "--"), "same_topic": ("C2", "-"), "diff_topic": ("C7", "-")}
-    for name in fields:
-        colour, ls = style[name]
-        ax.plot(s, att[:, ATTENTION_FIELDS.index(name)], color=colour, ls=ls, label=name.replace("_", " "))
-    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5)
-    ax.set_ylabel("attention / uniform")
-    if shade and run.times is not None:
-        _shade(ax, run.times, float(s[-1]))
-    if legend:
-        ax.legend(fontsize=7, loc="best")
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-@dataclass
-class Sweep:
-    """Results of :func:`run_seeds` or :func:`run_grid`.
-
-    ``records`` holds one dict per call: its parameters (``"seed"`` and any grid keys) and,
-    under ``"result"``, what the function returned (:func:`topicmech.sweeps.tidy` makes rows).
-    """
-
-    records: list[dict[str, Any]]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    @property
-    def seeds(self) -> list[int]:
-        """The seed of each record."""
-        return [r["seed"] for r in self.records]
-
-    @property
-    def results(self) -> list[Any]:
-        """What the function returned, one entry per record."""
-        return [r["result"] for r in self.records]
-
-    def select(self, **where: Any) -> Sweep:
-        """The records whose parameters equal ``where`` (e.g. ``sweep.select(doc_len=20)``)."""
-        for k in [k for k in where if self.records and k not in self.records[0]]:
-            raise ValueError(f"no parameter {k!r}; parameters: {sorted(set(self.records[0]) - {'result'})}")
-        return Sweep([r for r in self.records if all(r[k] == v for k, v in where.items())])
-
-    def values(self, key: str | Callable[[Any], Any] | None = None, **where: Any) -> np.ndarray:
-        """Stack ``result[key]`` (mappings), ``result.key``, ``key(result)`` (callable) or the result (None).
-
-        Only records matching ``where`` (as in :meth:`select`) count.
-        """
-
-        def get(res: Any) -> Any:
-            if key is None or callable(key):
-                return res if key is None else key(res)
-            if isinstance(res, Mapping):
-                if key not in res:
-                    raise ValueError(f"no entry {key!r} in the results; entries: {sorted(res)}")
-                return res[key]
-            if not hasattr(res, key):
-                raise ValueError(f"result of type {type(res).__name__} has no attribute {key!r}")
-            return getattr(res, key)
-
-        out = [get(res) for res in self.select(**where).results]
-        return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
-
-
-def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool,
-           n_jobs: int | None) -> Sweep:
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
-    seed_list = check_seeds(seeds)
-    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in seed_list]
-    results = map_seeded(fn, tasks, reseed, n_jobs=n_jobs)
-    return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
-
-
-def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True,
-              n_jobs: int | None = None) -> Sweep:
-    """Call ``fn(seed)`` once per seed; records ``{"seed": seed, "result": fn(seed)}`` in order.
-
-    ``fn`` should pass ``seed`` to every random call; ``seeds``: distinct non-negative ints,
-    or ``n`` for ``range(n)``; ``reseed`` also calls :func:`topicmech.utils.seed_everything`
-    before each call; ``n_jobs`` processes run the calls (:func:`topicmech.utils.parallel_map`).
-    """
-    return _sweep(fn, {}, seeds, reseed, n_jobs)
-
-
-def run_grid(
-    fn: Callable[..., Any], grid: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int = 1, *, reseed: bool = True,
-    n_jobs: int | None = None,
-) -> Sweep:
-    """Call ``fn(seed=seed, **params)`` for every combination of ``grid`` and every seed.
-
-    ``grid`` maps names to values, swept in the order given with seeds innermost; ``seeds``,
-    ``reseed`` and ``n_jobs`` as in :func:`run_seeds` (default: seed 0). Records: ``{"seed", **params, "result"}``.
-
-    Examples
-    --------
-    >>> sweep = run_grid(lambda seed, n: {"y": n * 10 + seed}, {"n": [1, 2]}, seeds=2)
-    >>> sweep.values("y", n=2)
-    array([20., 21.])
-    """
-    if not isinstance(grid, Mapping) or not grid:
-        raise ValueError(f"grid must be a non-empty mapping of parameter names to values, got {grid!r}")
-    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in grid.items()}
-    for k in [k for k, v in axes.items() if k in ("seed", "result") or not v]:
-        raise ValueError(f"grid[{k!r}] = {grid[k]!r}: need a non-empty sequence and a key other than 'seed', 'result'")
-    return _sweep(fn, axes, seeds, reseed, n_jobs)

@@ -15,6 +15,7 @@ import torch
 from .utils import as_float64
 
 __all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation", "AttentionByRelation",
+           "ATTENTION_FIELDS",
            "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
 
 
@@ -86,6 +87,11 @@ class AttentionByRelation(NamedTuple):
     def topic_ratio(self) -> float:
         """``same_topic / diff_topic``."""
         return self.same_topic / self.diff_topic
+
+
+#: The names of the entries of :class:`AttentionByRelation`, in order (the ``"attention"`` probe
+#: of :func:`topicmech.dynamics.standard_probes` stores them as the columns of an array).
+ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_topic")
 
 
 def pair_relations(

@@ -1,15 +1,15 @@
 """Ablations and parameter sweeps: how far the topic picture holds beyond the theorems.
 
 Runners that return
-probe summaries for :func:`topicmech.dynamics.run_seeds` / :func:`topicmech.dynamics.run_grid`;
-probes for learned embeddings and several heads; closed forms along a sweep; tidy tables.
+probe summaries for :func:`topicmech.runner.run_seeds`, :func:`topicmech.runner.run_grid` and
+:func:`topicmech.runner.sweep_axes`; probes for learned embeddings and several heads; closed forms along a sweep.
 Runs default to hidden keys (``attend_to_masked=False``, the authors' released code).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -17,16 +17,16 @@ import torch
 
 from . import stage1, theory
 from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_model
-from .dynamics import Sweep, heldout_batch
+from .dynamics import heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import block_means, relation_reader
 from .stage2 import stage2_drive
 from .train import train
-from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
+from .utils import as_float64, check_choice, check_float, check_positive_int
 
 __all__ = [
     "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
-    "value_blocks_along", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
+    "value_blocks_along", "stage2_drive_point",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
 ]
 
@@ -360,7 +360,7 @@ def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int =
 
     Default ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
     error of one estimate at about 2.5% along every axis (short documents carry less signal each).
-    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`sweep_axes`.
+    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`topicmech.runner.sweep_axes`.
     """
     from .dynamics import topic_growth_eigenvalue
 
@@ -372,122 +372,3 @@ def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int =
                                   attend_to_masked=False, seed=seed)                  # (D, D)
     topic = np.arange(num_topics * words_per_topic) // words_per_topic
     return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting)}
-
-
-def _is_scalar(x: object) -> bool:
-    return isinstance(x, (bool, int, float, str, np.integer, np.floating, np.bool_)) or x is None
-
-
-def _plain(x: object) -> object:
-    return x.item() if isinstance(x, (np.bool_, np.integer, np.floating)) else x
-
-
-def tidy(sweep: Sweep, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Flatten a :class:`topicmech.dynamics.Sweep` of mappings into rows ``{"seed", <parameters>, <results>}``.
-
-    ``keys`` selects result entries (default: every scalar one); values become Python scalars.
-
-    Examples
-    --------
-    >>> from topicmech.dynamics import run_grid
-    >>> sweep = run_grid(lambda seed, n: {"y": n + seed, "arr": [1, 2]}, {"n": [10, 20]}, seeds=2)
-    >>> tidy(sweep)[1]
-    {'seed': 1, 'n': 10, 'y': 11}
-    """
-    if not isinstance(sweep, Sweep):
-        raise ValueError(f"sweep must be a topicmech.dynamics.Sweep, got {type(sweep).__name__}")
-    rows = []
-    for rec in sweep.records:
-        res = rec["result"]
-        if not isinstance(res, Mapping):
-            raise ValueError(f"tidy needs results that are mappings, got {type(res).__name__}")
-        row = {k: _plain(v) for k, v in rec.items() if k != "result"}
-        for k in (res if keys is None else keys):
-            if k not in res:
-                raise ValueError(f"no entry {k!r} in the results; entries: {sorted(res)}")
-            if k in row:
-                raise ValueError(f"result entry {k!r} clashes with a parameter of the same name")
-            if _is_scalar(res[k]):
-                row[k] = _plain(res[k])
-            elif keys is not None:
-                raise ValueError(f"result entry {k!r} is not a scalar (type {type(res[k]).__name__})")
-        rows.append(row)
-    return rows
-
-
-def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int, *,
-               base: Mapping[str, Any] | None = None, reseed: bool = True,
-               n_jobs: int | None = None) -> list[dict[str, Any]]:
-    """Vary one parameter at a time around ``base``, over several seeds; return tidy rows.
-
-    Unlike :func:`topicmech.dynamics.run_grid` (the product of the axes), each axis of ``axes``
-    (name to values) is swept with the others at ``base``; shared points run once. ``fn(seed=seed,
-    **params)`` returns a mapping; ``reseed`` calls :func:`topicmech.utils.seed_everything` first;
-    ``n_jobs`` processes run the distinct points (:func:`topicmech.utils.parallel_map`).
-    Rows ``{"param", "value", "seed", <scalar results>}`` by axis, value, seed.
-
-    Examples
-    --------
-    >>> rows = sweep_axes(lambda seed, a=0, b=0: {"y": 10 * a + b}, {"a": [1, 2], "b": [5]}, seeds=1)
-    >>> [(r["param"], r["value"], r["y"]) for r in rows]
-    [('a', 1, 10), ('a', 2, 20), ('b', 5, 5)]
-    """
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
-    if not isinstance(axes, Mapping) or not axes:
-        raise ValueError(f"axes must be a non-empty mapping of parameter names to values, got {axes!r}")
-    base = dict(base or {})
-    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in axes.items()}
-    for k, vals in axes.items():
-        if k in ("seed", "param", "value"):
-            raise ValueError(f"axis names must not be 'seed', 'param' or 'value', got {k!r}")
-        if not vals:
-            raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
-    seed_list = check_seeds(seeds)
-    points = [(axis, value, seed, {**base, axis: value}) for axis, vals in axes.items() for value in vals
-              for seed in seed_list]
-    keys = [(seed, tuple(sorted((k, repr(v)) for k, v in params.items()))) for _, _, seed, params in points]
-    tasks = {key: (seed, params) for key, (_, _, seed, params) in zip(keys, points)}   # shared points run once
-    results = dict(zip(tasks, map_seeded(fn, list(tasks.values()), reseed, n_jobs=n_jobs)))
-    rows = []
-    for key, (axis, value, seed, _) in zip(keys, points):
-        if not isinstance(results[key], Mapping):
-            raise ValueError(f"fn must return a mapping, got {type(results[key]).__name__}")
-        row: dict[str, Any] = {"param": axis, "value": _plain(value), "seed": seed}
-        row.update({k: _plain(v) for k, v in results[key].items() if _is_scalar(v) and k not in row})
-        rows.append(row)
-    return rows
-
-
-def aggregate(rows: Sequence[Mapping[str, Any]], by: Sequence[str], values: Sequence[str]) -> list[dict[str, Any]]:
-    """Group tidy rows by the ``by`` columns (first-seen order; empty: one group) and summarise ``values``.
-
-    Each group's row holds the ``by`` columns, ``"{col}_mean"``, ``"{col}_std"`` (sample, 0 for
-    one row), ``"{col}_min"``, ``"{col}_max"`` and ``"count"``.
-
-    Examples
-    --------
-    >>> rows = [{"n": 1, "y": 1.0}, {"n": 1, "y": 3.0}, {"n": 2, "y": 5.0}]
-    >>> aggregate(rows, ["n"], ["y"])[0]["y_mean"]
-    2.0
-    """
-    if isinstance(by, str) or isinstance(values, str):
-        raise ValueError("by and values must be sequences of column names, not strings")
-    if not rows:
-        raise ValueError("rows must not be empty")
-    for col in (*by, *values):
-        if any(col not in r for r in rows):
-            raise ValueError(f"column {col!r} is missing from some rows; columns: {sorted(rows[0])}")
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[c] for c in by), []).append(r)
-    out = []
-    for key, members in groups.items():
-        row: dict[str, Any] = dict(zip(by, key))
-        for col in values:
-            x = np.asarray([m[col] for m in members], dtype=float)
-            row.update({f"{col}_mean": float(x.mean()), f"{col}_std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-                        f"{col}_min": float(x.min()), f"{col}_max": float(x.max())})
-        row["count"] = len(members)
-        out.append(row)
-    return out
