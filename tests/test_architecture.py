@@ -37,8 +37,12 @@ def _imports(module: str, path: Path) -> list[tuple[str, str, ast.AST, bool]]:
     """``(imported module, bound name, node, at top level)`` for each import of a topicmech module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(n) for n in tree.body}
+    typing_only = {id(n) for block in tree.body if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for n in ast.walk(block)}  # annotations only: never imported at run time
     out = []
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out += [(a.name, a.asname or a.name, node, id(node) in top) for a in node.names
                     if a.name.split(".")[0] == "topicmech"]
