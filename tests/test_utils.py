@@ -119,16 +119,9 @@ def test_default_device(monkeypatch):
 
 def test_setup_notebook(monkeypatch, restore_torch_globals):
     monkeypatch.setenv("TOPICMECH_MODE", "quick")
-    monkeypatch.setattr(utils, "_IMPORTS_FROZEN", False)
-    gc.unfreeze()
-    try:
-        assert setup_notebook(3, threads=1) == "quick"
-        frozen = gc.get_freeze_count()
-        assert frozen > 0                            # the imports are out of the collector's way
-        setup_notebook(3)
-        assert gc.get_freeze_count() <= frozen       # only the first call freezes (objects may still die)
-    finally:
-        gc.unfreeze()                                # the test process goes on collecting them
+    frozen = gc.get_freeze_count()
+    assert setup_notebook(3, threads=1) == "quick"
+    assert gc.get_freeze_count() == frozen           # no hidden global state: the collector is left alone
     assert torch.get_num_threads() == 1
     a = draws()
     setup_notebook(3)
@@ -210,3 +203,24 @@ def test_as_float64_detaches_and_converts():
     a = utils.as_float64(t * 2)
     assert a.dtype == np.float64 and a.shape == (2, 3) and (a == 2).all()
     assert utils.as_float64([[1, 2]]).dtype == np.float64
+
+
+def test_glue_values_glues_plain_numbers_in_order(monkeypatch):
+    import myst_nb
+
+    glued = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
+    utils.glue_values({"gap": np.float64(0.25), "n": np.int64(3), "t": torch.tensor(1.5), "a": np.array(2.0),
+                       "k": 7, "flag": True, "label": "x"})
+    assert glued == [("gap", 0.25, False), ("n", 3, False), ("t", 1.5, False), ("a", 2.0, False), ("k", 7, False),
+                     ("flag", True, False), ("label", "x", False)]
+    assert [type(v) for _, v, _ in glued[:4]] == [float, int, float, float]
+    glued.clear()
+    utils.glue_values({"n": 3, "half": np.float32(0.5)}, convert=float)     # as glue(name, float(value)) would
+    assert glued == [("n", 3.0, False), ("half", 0.5, False)] and type(glued[0][1]) is float
+    with pytest.raises(ValueError, match="values"):
+        utils.glue_values([("gap", 1.0)])
+    with pytest.raises(ValueError, match="names"):
+        utils.glue_values({"": 1.0})
+    with pytest.raises(ValueError, match=r"values\['v'\]"):
+        utils.glue_values({"v": np.zeros(3)})
