@@ -56,9 +56,9 @@ Z = 5.0                          # allowed distance, in standard errors
 
 
 def _gradients(W: np.ndarray, attend_to_masked: bool, seed: int, estimates: int = ESTIMATES,
-               **kwargs) -> list[np.ndarray]:
-    return [th.key_query_gradient(W, T, v, tau, N, DOCS, attend_to_masked=attend_to_masked,
-                                  seed=1000 * seed + k, **kwargs) for k in range(estimates)]
+               **masking) -> list[np.ndarray]:
+    setting = tm.Setting.stage2_quick(attend_to_masked=attend_to_masked).replace(**masking)
+    return [th.key_query_gradient(W, setting, DOCS, seed=1000 * seed + k) for k in range(estimates)]
 
 
 @pytest.mark.slow
@@ -94,7 +94,7 @@ def test_gradient_hidden_keys(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_without_kept_words_vanishes(seed):
     """Exercise ex-attention-keep: no first-order topic signal without kept words."""
-    W0 = th.optimal_value_matrix(T, v, tau, N, keep_prob=0.0, attend_to_masked=False)
+    W0 = th.optimal_value_matrix(tm.Setting.stage2_quick(attend_to_masked=False).replace(keep_prob=0.0))
     g0 = stage2.gradient_summary(_gradients(W0, False, seed, estimates=10, keep_prob=0.0), T, v)
     for key in ("same_word", "same_topic", "diff_topic"):
         assert abs(getattr(g0, key)) < Z * getattr(g0, key + "_se"), key
@@ -164,4 +164,4 @@ def test_settings_match_the_chapter():
     s = SETTING
     assert (s.lr, s.steps, s.batch_size, s.init_scale) == (100.0, 600, 128, 0.1)
     assert (s.mask_prob, s.keep_prob, s.random_prob) == (0.15, 0.1, 0.1)
-    assert math.isclose(th.key_query_gradient_limit(T, v, tau)["ratio"], -(T - 1))
+    assert math.isclose(th.key_query_gradient_limit(tm.Setting.stage2_quick(attend_to_masked=False))["ratio"], -(T - 1))

@@ -16,6 +16,7 @@ import torch
 import topicmech as tm
 from topicmech import embeddings as te
 from topicmech import theory as th
+from topicmech.setting import Masking, Setting
 
 # parameter sets beyond the book's (T, v, tau, p_m, p_c, p_r)
 SETTINGS = [
@@ -48,11 +49,12 @@ def test_limit_is_the_authors_constant_with_visible_keys(T, v, tau, p_m, p_c, p_
 @pytest.mark.parametrize("T, v, tau, p_m, p_c, p_r", SETTINGS)
 def test_weighted_gap_equals_stage1_value_gap_at_finite_n(T, v, tau, p_m, p_c, p_r, attend):
     opt = te.tied_bias_optimum(T, v, tau, 25, p_m, p_c, p_r, attend_to_masked=attend)
-    ref = th.weighted_block_gap(T, v, tau, 25, p_m, p_c, p_r, attend_to_masked=attend)
+    setting = Setting(T, v, tau, 25, masking=Masking(p_m, p_c, p_r), attend_to_masked=attend)
+    ref = th.weighted_block_gap(setting)
     assert abs(opt.weighted_gap - ref) < 1e-9
     assert opt.min_eig_perp > -1e-9
     # the bias only shifts the word block by a constant relative to the tied head without bias
-    S, C = th.moments(T, v, tau, 25, p_m, p_c, p_r, attend_to_masked=attend)
+    S, C = th.moments(setting)
     tb = te.tied_embedding_blocks(S, C, T, v, S.shape[0])
     assert abs((tb.diag + (v - 1) * tb.same_topic) / v - tb.diff_topic - opt.weighted_gap) < 1e-9
     assert abs((tb.same_topic - tb.diff_topic) - opt.same_minus_diff) < 1e-9
@@ -60,7 +62,7 @@ def test_weighted_gap_equals_stage1_value_gap_at_finite_n(T, v, tau, p_m, p_c, p
 
 def test_optimum_beats_random_perturbations_and_bias_is_optimal():
     T, v, tau, N = 4, 3, 2, 15
-    S, C = th.moments(T, v, tau, N, attend_to_masked=True)
+    S, C = th.moments(Setting(T, v, tau, N, attend_to_masked=True))
     opt = te.tied_bias_optimum(T, v, tau, N, attend_to_masked=True)
     D = S.shape[0]
 

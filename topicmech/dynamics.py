@@ -20,6 +20,7 @@ from . import theory
 from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
 from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
+from .setting import Masking, Setting
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
@@ -411,9 +412,9 @@ def train_joint(
         lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, needs="lr", **masking)[1]
         lr = SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
-        W_star = theory.optimal_value_matrix(topic_model.num_topics, topic_model.words_per_topic,
-                                             topic_model.topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                                             attend_to_masked=attend_to_masked)
+        W_star = theory.optimal_value_matrix(Setting(topic_model.num_topics, topic_model.words_per_topic,
+                                                     topic_model.topics_per_doc, doc_len,
+                                                     masking=Masking(**masking), attend_to_masked=attend_to_masked))
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))

@@ -20,6 +20,7 @@ import torch
 from . import theory as th
 from .data import TopicModel
 from .model import OneLayerTransformer
+from .setting import Masking, Setting
 from .train import History, train
 from .utils import as_float64, check_positive_int, spawn_seeds
 
@@ -373,8 +374,8 @@ def tied_bias_optimum(num_topics: int, words_per_topic: int, topics_per_doc: int
     v = check_positive_int("words_per_topic", words_per_topic)
     if T < 2 or v < 2:
         raise ValueError(f"need num_topics >= 2 and words_per_topic >= 2, got {num_topics!r}, {words_per_topic!r}")
-    S, C = th.moments(T, v, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                      attend_to_masked=attend_to_masked)
+    S, C = th.moments(Setting(T, v, topics_per_doc, doc_len, masking=Masking(mask_prob, keep_prob, random_prob),
+                              attend_to_masked=attend_to_masked))
     D = S.shape[0]
     one = np.ones(D)
     mu_x, mu_y = S @ one, C @ one                                       # (D,), (D,)

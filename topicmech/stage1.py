@@ -20,6 +20,7 @@ import torch
 from .data import TopicModel, check_topic_model
 from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
+from .setting import Masking, Setting
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
 from .utils import as_float64, check_float, check_masking, check_positive_int
 
@@ -71,13 +72,13 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     """
     from .data import LDATopicModel, SimplifiedTopicModel
 
-    masking = (mask_prob, keep_prob, random_prob)
+    masking = Masking(mask_prob, keep_prob, random_prob)
     if isinstance(topic_model, SimplifiedTopicModel):
-        return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
-                                 doc_len, *masking, attend_to_masked=attend_to_masked)
+        return sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
+                                         doc_len, masking=masking, attend_to_masked=attend_to_masked))
     if isinstance(topic_model, LDATopicModel):
-        return lda_sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
-                                     *masking, attend_to_masked=attend_to_masked)
+        return lda_sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, 1, doc_len,
+                                             masking=masking, attend_to_masked=attend_to_masked), topic_model.alpha)
     raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
                      f"from the setting; pass {needs} explicitly")
 

@@ -19,6 +19,7 @@ from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
 from .probes import topic_contrasts
+from .setting import Masking, Setting
 from .train import History, train
 from .utils import check_masking, check_positive_int
 
@@ -107,9 +108,10 @@ class Stage2Setting:
 
     def stage1_value_matrix(self, attend_to_masked: bool) -> np.ndarray:
         """The stage-1 optimum ``W*`` (:func:`topicmech.theory.optimal_value_matrix`), shape ``(D, D)``."""
-        return theory.optimal_value_matrix(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                           self.mask_prob, self.keep_prob, self.random_prob,
-                                           attend_to_masked=attend_to_masked)
+        return theory.optimal_value_matrix(Setting(self.num_topics, self.words_per_topic, self.topics_per_doc,
+                                                   self.doc_len, masking=Masking(self.mask_prob, self.keep_prob,
+                                                                                 self.random_prob),
+                                                   attend_to_masked=attend_to_masked))
 
 
 #: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`
@@ -278,14 +280,14 @@ def hidden_key_gradient(num_topics: int, words_per_topic: int, topics_per_doc: i
     it is ``c v``). Returns ``"same_word"``, ``"same_topic"``, ``"diff_topic"``, ``"mask_query"``
     (0), ``"ratio"`` (``-(T - 1)``) and ``"factor"`` (``lambda (1 - kappa)``).
     """
-    p_m, p_c, _ = check_masking(mask_prob, keep_prob, 0.0)
+    hidden = Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
+                     masking=Masking(mask_prob, keep_prob, 0.0), attend_to_masked=False)
     if topic_eigenvalue is None:
-        lam = theory.value_block_coefficients(num_topics, words_per_topic, topics_per_doc, doc_len, p_m, p_c, 0.0,
-                                              attend_to_masked=False).topic_eigenvalue
+        lam = theory.value_block_coefficients(hidden).topic_eigenvalue
     else:
         lam = _check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
-    limit = theory.key_query_gradient_limit(num_topics, words_per_topic, topics_per_doc, keep_prob=p_c)
-    factor = lam * (1.0 - theory.kappa(doc_len, p_m))
+    limit = theory.key_query_gradient_limit(hidden)
+    factor = lam * (1.0 - theory.kappa(hidden))
     return {**{k: factor * limit[k] for k in ("same_word", "same_topic", "diff_topic")},
             "mask_query": 0.0, "ratio": limit["ratio"], "factor": factor}
 

@@ -1,11 +1,11 @@
 """Exact population quantities for the one-layer model under uniform attention (book ch. 3-5).
 
-Pure functions of the data parameters, except the tied-embedding optimiser (numerical) and the
-Monte-Carlo stage-2 gradient. Notation as in the book: ``T, v, V = T v, D = V + 1`` ([MASK] has
-id ``V``), ``tau``, ``N`` (``doc_len``, may be ``math.inf``), ``p_m, p_c, p_r`` and
-``p_[M] = 1 - p_c - p_r``. Matrices act on column vectors: ``W[out_token, in_token]``, the
+Pure functions of a :class:`topicmech.setting.Setting`, except the tied-embedding optimiser
+(numerical) and the Monte-Carlo stage-2 gradient. Notation as in the book: ``T, v, V = T v,
+D = V + 1`` ([MASK] has id ``V``), ``tau``, ``N`` (``doc_len``, may be ``math.inf``),
+``p_m, p_c, p_r`` and ``p_[M] = 1 - p_c - p_r``. Matrices act on column vectors: ``W[out_token, in_token]``, the
 prediction is ``W @ xbar``; attention scores are ``A[key_token, query_token]``. With
-``attend_to_masked=True`` every position is a key; with ``False`` selected positions are hidden
+``setting.attend_to_masked`` True every position is a key; with False selected positions are hidden
 and the [MASK] row and column of ``Sigma``, ``C`` and ``W*`` are 0. Population loss:
 ``L(W) = tr(W Sigma W^T) - 2 tr(W C^T) + 1``; ridge adds ``l2 ||W||_F^2``.
 """
@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from .data import SimplifiedTopicModel, bert_mask
-from .utils import check_float, check_masking, check_positive_int, numpy_rng, spawn_seeds
+from .setting import Setting, check_attend_to_masked
+from .utils import check_float, check_positive_int, numpy_rng, spawn_seeds
 
 __all__ = [
     "ValueBlocks", "kappa", "moments", "population_loss", "optimal_value_matrix", "value_block_coefficients",
@@ -36,62 +37,19 @@ __all__ = [
 _RCOND = 1e-12
 
 
-# ---- validation and the shared parameter object -------------------------------------------------
-def _check_doc_len(doc_len: object) -> float | int:
-    """``doc_len`` is an int >= 2 or ``math.inf``."""
-    if isinstance(doc_len, float) and math.isinf(doc_len) and doc_len > 0:
-        return math.inf
-    n = check_positive_int("doc_len", doc_len)
-    if n < 2:
-        raise ValueError(f"doc_len must be >= 2 (or math.inf), got {doc_len!r}")
-    return n
+# ---- the setting ---------------------------------------------------------------------------------
+def _check_setting(setting: object) -> Setting:
+    """``setting`` if it is a :class:`topicmech.setting.Setting` (validated when built), else ValueError."""
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+    return setting
 
 
-def _check_topics(num_topics: object, words_per_topic: object, topics_per_doc: object) -> tuple[int, int, int]:
-    T = check_positive_int("num_topics", num_topics)
-    v = check_positive_int("words_per_topic", words_per_topic)
-    tau = check_positive_int("topics_per_doc", topics_per_doc)
-    if tau > T:
-        raise ValueError(f"topics_per_doc must be <= num_topics={T}, got {topics_per_doc!r}")
-    return T, v, tau
-
-
-@dataclass(frozen=True)
-class _Params:
-    """Validated data and masking parameters (``si``: ``attend_to_masked``)."""
-
-    T: int
-    v: int
-    tau: int
-    N: float | int
-    p_m: float
-    p_c: float
-    p_r: float
-    si: bool
-
-    V = property(lambda self: self.T * self.v)
-    D = property(lambda self: self.T * self.v + 1)
-    p_M = property(lambda self: max(0.0, 1.0 - self.p_c - self.p_r))
-
-    def qq_coefficients(self) -> tuple[float, float]:
-        """``E_S[q_S q_S^T] = kB B + kJ J`` on the word block."""
-        T, v, tau = self.T, self.v, self.tau
-        kJ = (tau - 1) / (T * (T - 1) * tau * v * v) if T > 1 else 0.0
-        return 1.0 / (T * tau * v * v) - kJ, kJ
-
-
-def _params(num_topics: object, words_per_topic: object, topics_per_doc: object, doc_len: object,
-            mask_prob: object, keep_prob: object, random_prob: object, attend_to_masked: object) -> _Params:
-    """Validate the common arguments of the public functions (errors name the argument)."""
-    T, v, tau = _check_topics(num_topics, words_per_topic, topics_per_doc)
-    N = _check_doc_len(doc_len)
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)  # type: ignore[arg-type]
-    if not isinstance(attend_to_masked, (bool, np.bool_)):
-        raise ValueError(f"attend_to_masked must be a bool, got {attend_to_masked!r}")
-    if not attend_to_masked and p_m >= 1.0:
-        raise ValueError(
-            f"mask_prob must be < 1 when attend_to_masked=False (no visible key otherwise), got {mask_prob!r}")
-    return _Params(T, v, tau, N, p_m, p_c, p_r, bool(attend_to_masked))
+def _qq_coefficients(s: Setting) -> tuple[float, float]:
+    """``E_S[q_S q_S^T] = kB B + kJ J`` on the word block."""
+    T, v, tau = s.T, s.v, s.tau
+    kJ = (tau - 1) / (T * (T - 1) * tau * v * v) if T > 1 else 0.0
+    return 1.0 / (T * tau * v * v) - kJ, kJ
 
 
 # ---- kappa and the moments ----------------------------------------------------------------------
@@ -109,20 +67,19 @@ def _kappa(N: float | int, p_m: float) -> float:
     return float(np.sum(np.exp(log_pmf) / k) / p_pos)
 
 
-def kappa(doc_len: int | float, mask_prob: float = 0.15) -> float:
+def kappa(setting: Setting) -> float:
     """``kappa = E[1/K | K >= 1]`` with ``K ~ Binomial(N - 1, 1 - p_m)``, exactly (0 for ``N = math.inf``).
 
-    ``K`` is the number of visible keys of a selected position with hidden keys; ``N >= 2``,
-    ``0 <= p_m < 1``.
+    ``K`` is the number of visible keys of a selected position with hidden keys. Reads
+    ``setting.doc_len`` and ``setting.masking.mask_prob`` (``< 1``) only.
     """
-    N = _check_doc_len(doc_len)
-    p_m = check_masking(mask_prob, 0.0, 0.0)[0]
-    if p_m >= 1.0:
-        raise ValueError(f"mask_prob must be < 1 for kappa (K >= 1 is impossible), got {mask_prob!r}")
-    return _kappa(N, p_m)
+    s = _check_setting(setting)
+    if s.p_m >= 1.0:
+        raise ValueError(f"mask_prob must be < 1 for kappa (K >= 1 is impossible), got {s.p_m!r}")
+    return _kappa(s.N, s.p_m)
 
 
-def _moments_from(p: _Params, Iw: Any, Q: Any, uu: Any, ue: Any, eu: Any, ee: Any) -> tuple[Any, Any]:
+def _moments_from(p: Setting, Iw: Any, Q: Any, uu: Any, ue: Any, eu: Any, ee: Any) -> tuple[Any, Any]:
     """Sigma, C from the basis ``Iw`` (identity on the words), ``Q = E_S[q q^T]``, ``u u^T``, ``u e^T``, ``e u^T``,
     ``e e^T`` (``u`` uniform on the words, ``e = e_[MASK]``): dense arrays or :class:`_Alg`."""
 
@@ -137,7 +94,7 @@ def _moments_from(p: _Params, Iw: Any, Q: Any, uu: Any, ue: Any, eu: Any, ee: An
 
     V, N = p.V, p.N
     q = (1.0, 0.0, 0.0)
-    if not p.si:
+    if not p.attend_to_masked:
         kap = _kappa(N, p.p_m)
         return kap / V * Iw + (1.0 - kap) * Q, Q
     c = (p.p_c, p.p_r, p.p_M)  # law of the selected token
@@ -150,7 +107,7 @@ def _moments_from(p: _Params, Iw: Any, Q: Any, uu: Any, ue: Any, eu: Any, ee: An
     return Sigma, C
 
 
-def _dense_moments(p: _Params) -> tuple[np.ndarray, np.ndarray]:
+def _dense_moments(p: Setting) -> tuple[np.ndarray, np.ndarray]:
     V, D = p.V, p.D
     topic = np.arange(V) // p.v
     u, e = np.append(np.full(V, 1.0 / V), 0.0), np.eye(D)[V]
@@ -158,33 +115,26 @@ def _dense_moments(p: _Params) -> tuple[np.ndarray, np.ndarray]:
     Iw[:V, :V] = np.eye(V)
     B[:V, :V] = topic[:, None] == topic[None, :]
     J[:V, :V] = 1.0
-    kB, kJ = p.qq_coefficients()
+    kB, kJ = _qq_coefficients(p)
     return _moments_from(p, Iw, kB * B + kJ * J, np.outer(u, u), np.outer(u, e), np.outer(e, u), np.outer(e, e))
 
 
-def moments(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-            mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-            attend_to_masked: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def moments(setting: Setting) -> tuple[np.ndarray, np.ndarray]:
     """Exact second moments ``Sigma = E[xbar xbar^T]`` and ``C = E[y xbar^T]`` at a selected position.
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc : int
-        T >= 1, v >= 1, 1 <= tau <= T.
-    doc_len : int or math.inf
-        N >= 2; ``math.inf`` gives the long-document limit.
-    mask_prob, keep_prob, random_prob : float
-        p_m, p_c, p_r (random words are uniform over the V words).
-    attend_to_masked : bool
-        True: selected positions are visible keys. False: hidden; the [MASK] row and column are 0.
+    setting : Setting
+        ``T, v, tau``, ``N`` (``math.inf`` gives the long-document limit), the masking (random
+        words are uniform over the V words) and the key convention: with
+        ``attend_to_masked=False`` the [MASK] row and column are 0.
 
     Returns
     -------
     Sigma, C : ndarray, shape (D, D)
         ``Sigma`` symmetric (input tokens); ``C[target, input]``.
     """
-    return _dense_moments(_params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob,
-                                  random_prob, attend_to_masked))
+    return _dense_moments(_check_setting(setting))
 
 
 def population_loss(W: np.ndarray, Sigma: np.ndarray, C: np.ndarray) -> float:
@@ -203,9 +153,7 @@ def _solve_right(C: np.ndarray, Sigma: np.ndarray, l2: float) -> np.ndarray:
     return C @ np.linalg.pinv(S, rcond=_RCOND, hermitian=True)
 
 
-def optimal_value_matrix(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                         mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                         attend_to_masked: bool = True, l2: float = 0.0) -> np.ndarray:
+def optimal_value_matrix(setting: Setting, l2: float = 0.0) -> np.ndarray:
     """Stage-1 optimum ``W* = C (Sigma + l2 I)^{-1}`` under uniform attention, by a dense solve.
 
     With hidden keys the solve runs on the word block and the [MASK] column is 0. A singular
@@ -215,20 +163,19 @@ def optimal_value_matrix(num_topics: int, words_per_topic: int, topics_per_doc: 
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked
+    setting : Setting
         As in :func:`moments`.
     l2 : float
         Ridge coefficient >= 0.
 
     Returns
     -------
-    W : ndarray, shape (D, D)
-        ``W[out_token, in_token]``; the [MASK] row is 0.
+    W_star : ndarray, shape (D, D)
+        ``W*[out_token, in_token]``; the [MASK] row is 0.
     """
-    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                attend_to_masked)
+    p = _check_setting(setting)
     lam = check_float("l2", l2, positive=False)
-    return _optimum_from_moments(*_dense_moments(p), attend_to_masked=p.si, l2=lam)
+    return _optimum_from_moments(*_dense_moments(p), attend_to_masked=p.attend_to_masked, l2=lam)
 
 
 def _optimum_from_moments(Sigma: np.ndarray, C: np.ndarray, *, attend_to_masked: bool, l2: float) -> np.ndarray:
@@ -306,9 +253,9 @@ class _Alg:
         return _Alg(inv(X.lw), inv(X.lt), (U * np.array([inv(x) for x in w])) @ U.T, self.v, self.V)
 
 
-def _alg_moments(p: _Params) -> tuple[_Alg, _Alg]:
+def _alg_moments(p: Setting) -> tuple[_Alg, _Alg]:
     el, V = functools.partial(_Alg.from_coeffs, p.v, p.V), p.V
-    kB, kJ = p.qq_coefficients()
+    kB, kJ = _qq_coefficients(p)
     return _moments_from(p, el(xI=1.0), el(xB=kB, xJ=kJ), el(xJ=1.0 / V**2), el(c=1.0 / V), el(r=1.0 / V), el(m=1.0))
 
 
@@ -322,15 +269,15 @@ class ValueBlocks:
     Attributes
     ----------
     diag : float
-        alpha, the same-word entry ``W[w, w]``.
+        ``w_diag``, the same-word entry ``W[w, w]``.
     same_topic : float
-        beta, ``W[a, b]`` for distinct words of one topic (nan when v == 1).
+        ``w_same``, ``W[a, b]`` for distinct words of one topic (nan when v == 1).
     diff_topic : float
-        gamma, ``W[a, b]`` for words of different topics (nan when T == 1).
+        ``w_diff``, ``W[a, b]`` for words of different topics (nan when T == 1).
     mask_col : float
-        mu, ``W[w, MASK]`` (0 with hidden keys, by convention).
+        ``w_mask``, ``W[w, MASK]`` (0 with hidden keys, by convention).
     topic_eigenvalue : float
-        ``lambda_t = (alpha - beta) + v (beta - gamma)`` on topic contrasts (nan when T == 1).
+        ``lambda_t = (w_diag - w_same) + v (w_same - w_diff)`` on topic contrasts (nan when T == 1).
     """
 
     diag: float
@@ -341,22 +288,20 @@ class ValueBlocks:
 
     @property
     def within_eigenvalue(self) -> float:
-        """``lambda_w = alpha - beta`` on within-topic contrasts (the same-word boost)."""
+        """``lambda_w = w_diag - w_same`` on within-topic contrasts (the same-word boost)."""
         return self.diag - self.same_topic
 
 
-def _value_blocks(p: _Params, lam: float) -> ValueBlocks:
+def _value_blocks(p: Setting, lam: float) -> ValueBlocks:
     Sigma, C = _alg_moments(p)
-    W = C @ Sigma.pinv(lam) if p.si else C.word_block() @ Sigma.pinv(lam, words_only=True)
+    W = C @ Sigma.pinv(lam) if p.attend_to_masked else C.word_block() @ Sigma.pinv(lam, words_only=True)
     xI, xB, xJ, c, _r, _m = W.coeffs()
     return ValueBlocks(diag=float(xI + xB + xJ), same_topic=float(xB + xJ) if p.v > 1 else math.nan,
                        diff_topic=float(xJ) if p.T > 1 else math.nan, mask_col=float(c),
                        topic_eigenvalue=float(W.lt) if p.T > 1 else math.nan)
 
 
-def value_block_coefficients(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                             mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                             attend_to_masked: bool = True, l2: float = 0.0) -> ValueBlocks:
+def value_block_coefficients(setting: Setting, l2: float = 0.0) -> ValueBlocks:
     """Orbit values of the stage-1 optimum, computed in the symmetry algebra.
 
     ``Sigma`` and ``C`` lie in span{I, B, J} plus constant [MASK] row and column, an algebra
@@ -365,7 +310,7 @@ def value_block_coefficients(num_topics: int, words_per_topic: int, topics_per_d
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked, l2
+    setting, l2
         As in :func:`optimal_value_matrix`.
 
     Returns
@@ -373,9 +318,7 @@ def value_block_coefficients(num_topics: int, words_per_topic: int, topics_per_d
     blocks : ValueBlocks
         Expand with :func:`block_matrix`.
     """
-    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                attend_to_masked)
-    return _value_blocks(p, check_float("l2", l2, positive=False))
+    return _value_blocks(_check_setting(setting), check_float("l2", l2, positive=False))
 
 
 def _orbit_masks(T: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -433,30 +376,31 @@ def orbit_deviation(matrix: np.ndarray, num_topics: int, words_per_topic: int) -
 
 
 # ---- closed forms -------------------------------------------------------------------------------
-def diag_excess(doc_len: int | float, mask_prob: float = 0.15, keep_prob: float = 0.1,
-                random_prob: float = 0.1) -> float:
-    """Same-word boost ``alpha - beta`` of W* with visible keys.
+def diag_excess(setting: Setting) -> float:
+    """Same-word boost ``w_diag - w_same`` of W* with visible keys.
 
     ``N p_c / [(p_c + p_r) + (N - 1)(1 - p_m p_[M])]``, tending to ``p_c / (1 - p_m p_[M])``
-    as N -> inf; independent of T, v, tau (and 0 with hidden keys).
+    as N -> inf; independent of T, v, tau (and 0 with hidden keys). Reads ``setting.doc_len``
+    and ``setting.masking`` only (the value holds for visible keys whatever ``attend_to_masked``).
     """
-    N = _check_doc_len(doc_len)
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
-    p_M = max(0.0, 1.0 - p_c - p_r)
+    s = _check_setting(setting)
+    N, p_m, p_c, p_r, p_M = s.N, s.p_m, s.p_c, s.p_r, s.p_M
     if math.isinf(N):
         return p_c / (1.0 - p_m * p_M)
     return N * p_c / ((p_c + p_r) + (N - 1) * (1.0 - p_m * p_M))
 
 
-def topic_eigenvalue_hidden(num_topics: int, topics_per_doc: int, doc_len: int | float,
-                            mask_prob: float = 0.15) -> float:
+def topic_eigenvalue_hidden(setting: Setting) -> float:
     """Topic-contrast eigenvalue of W* with hidden keys.
 
-    ``lambda_t = 1 / (1 + kappa (tau (T - 1) / (T - tau) - 1))``; then ``gamma = (1 - lambda_t) / V``
-    and ``alpha = beta = gamma + lambda_t / v``. It is 0 when ``tau == T >= 2`` and nan when T == 1.
+    ``lambda_t = 1 / (1 + kappa (tau (T - 1) / (T - tau) - 1))``; then ``w_diff = (1 - lambda_t) / V``
+    and ``w_diag = w_same = w_diff + lambda_t / v``. It is 0 when ``tau == T >= 2`` and nan when
+    T == 1. Reads ``num_topics``, ``topics_per_doc``, ``doc_len`` and ``mask_prob`` only (the
+    value holds for hidden keys whatever ``attend_to_masked``).
     """
-    T, _, tau = _check_topics(num_topics, 1, topics_per_doc)
-    kap = kappa(doc_len, mask_prob)
+    s = _check_setting(setting)
+    T, tau = s.T, s.tau
+    kap = kappa(s)
     if T == 1:
         return math.nan
     if tau == T:
@@ -464,10 +408,8 @@ def topic_eigenvalue_hidden(num_topics: int, topics_per_doc: int, doc_len: int |
     return 1.0 / (1.0 + kap * (tau * (T - 1) / (T - tau) - 1.0))
 
 
-def weighted_block_gap(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                       mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, *,
-                       attend_to_masked: bool) -> float:
-    """Frequency-weighted same-topic minus different-topic value of W*: ``(alpha + (v - 1) beta) / v - gamma``.
+def weighted_block_gap(setting: Setting) -> float:
+    """Frequency-weighted same-topic minus different-topic value of W*: ``(w_diag + (v - 1) w_same) / v - w_diff``.
 
     Equals ``topic_eigenvalue / v`` of :func:`value_block_coefficients`. ``doc_len=math.inf``
     gives the N -> inf limit in closed form: ``1 / (v (1 - (1 - p_c) p_m))`` with visible keys
@@ -475,44 +417,41 @@ def weighted_block_gap(num_topics: int, words_per_topic: int, topics_per_doc: in
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob
+    setting : Setting
         As in :func:`moments`, with ``tau < T`` and ``1 - (1 - p_c) p_m > 0``.
-    attend_to_masked : bool
-        Keyword only.
     """
-    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                attend_to_masked)
+    p = _check_setting(setting)
     if p.tau >= p.T:
-        raise ValueError(f"topics_per_doc must be < num_topics={p.T}, got {topics_per_doc!r}")
+        raise ValueError(f"topics_per_doc must be < num_topics={p.T}, got {p.tau!r}")
     visible_true = 1.0 - (1.0 - p.p_c) * p.p_m
     if visible_true <= 0.0:
         raise ValueError(f"mask_prob and keep_prob must leave a true word visible (1 - (1 - keep_prob) mask_prob "
-                         f"> 0), got mask_prob={mask_prob!r}, keep_prob={keep_prob!r}")
+                         f"> 0), got mask_prob={p.p_m!r}, keep_prob={p.p_c!r}")
     if math.isinf(p.N):
-        return 1.0 / (p.v * visible_true) if p.si else 1.0 / p.v
+        return 1.0 / (p.v * visible_true) if p.attend_to_masked else 1.0 / p.v
     blocks = _value_blocks(p, 0.0)
     same = blocks.same_topic if p.v > 1 else 0.0  # no same-topic pair of distinct words when v = 1
     return float((blocks.diag + (p.v - 1) * same) / p.v - blocks.diff_topic)
 
 
-def bayes_risk(num_topics: int, words_per_topic: int, topics_per_doc: int) -> float:
-    """Topic-level Bayes risk ``1 - 1/(tau v)`` (N -> inf): the loss of predicting ``q_S``."""
-    _T, v, tau = _check_topics(num_topics, words_per_topic, topics_per_doc)
-    return 1.0 - 1.0 / (tau * v)
+def bayes_risk(setting: Setting) -> float:
+    """Topic-level Bayes risk ``1 - 1/(tau v)`` (N -> inf): the loss of predicting ``q_S``.
+
+    Reads ``setting.words_per_topic`` and ``setting.topics_per_doc`` only.
+    """
+    s = _check_setting(setting)
+    return 1.0 - 1.0 / (s.tau * s.v)
 
 
-def sigma_eigenvalues(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                      mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                      attend_to_masked: bool = True) -> tuple[float, float]:
+def sigma_eigenvalues(setting: Setting) -> tuple[float, float]:
     """Smallest positive and largest eigenvalue of ``Sigma`` (word block with hidden keys).
 
     SGD on ``W^V`` (gradient ``2 (W Sigma - C)``) is stable for ``lr < 1 / lambda_max`` and
     converges in about ``1 / (2 lr lambda_min)`` steps. Eigenvalues below ``1e-12 lambda_max``
-    count as 0. Arguments as in :func:`moments`.
+    count as 0. ``setting`` as in :func:`moments`.
     """
-    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                attend_to_masked)
-    return _sigma_extremes(_dense_moments(p)[0], p.si)
+    p = _check_setting(setting)
+    return _sigma_extremes(_dense_moments(p)[0], p.attend_to_masked)
 
 
 # ---- data-driven optimum ------------------------------------------------------------------------
@@ -552,8 +491,8 @@ def _chunks(x: np.ndarray, s: np.ndarray, y: np.ndarray, D: int, attend_to_maske
         yield xs, ss, ys, att, att.sum(axis=1)
 
 
-def least_squares_value_matrix(inputs: Any, selected: Any, docs: Any, num_tokens: int,
-                               attend_to_masked: bool = True, l2: float = 0.0) -> np.ndarray:
+def least_squares_value_matrix(inputs: Any, selected: Any, docs: Any, num_tokens: int, *,
+                               attend_to_masked: bool, l2: float = 0.0) -> np.ndarray:
     """Least-squares value matrix fitted on a sample (uniform attention, one-hot inputs).
 
     Minimises ``mean ||W xbar - e_y||^2 + l2 ||W||_F^2`` over the selected positions with at
@@ -565,11 +504,16 @@ def least_squares_value_matrix(inputs: Any, selected: Any, docs: Any, num_tokens
         Corrupted ids (``[MASK] = num_tokens - 1``), selection mask (bool), true word ids.
     num_tokens : int
         D = V + 1.
+    attend_to_masked : bool, keyword only
+        The key convention (True: selected positions are visible keys).
+    l2 : float
+        Ridge coefficient >= 0.
 
     Returns
     -------
     W : ndarray, shape (D, D)
     """
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
     x, s, y = _check_sample(inputs, selected, docs, num_tokens)
     lam = check_float("l2", l2, positive=False)
     D = int(num_tokens)
@@ -701,7 +645,7 @@ def _key_query_sum(W: np.ndarray, x: np.ndarray, s: np.ndarray, y: np.ndarray,
     return G, count
 
 
-def _sample_chunks(p: _Params, num_docs: int, seed: int, chunk: int):
+def _sample_chunks(p: Setting, num_docs: int, seed: int, chunk: int):
     """``(docs, inputs, selected)`` as numpy arrays, ``chunk`` documents at a time, two derived seeds each."""
     model = SimplifiedTopicModel(p.T, p.v, p.tau)
     n_chunks = -(-num_docs // chunk)
@@ -712,8 +656,8 @@ def _sample_chunks(p: _Params, num_docs: int, seed: int, chunk: int):
         yield docs.numpy(), inputs.numpy(), selected.numpy()
 
 
-def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected: Any, docs: Any,
-                                 attend_to_masked: bool = True) -> np.ndarray:
+def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected: Any, docs: Any, *,
+                                 attend_to_masked: bool) -> np.ndarray:
     """Gradient ``G = dL/dA`` at ``A = 0`` (uniform attention) on a given sample.
 
     Each selected position i with ``n_i >= 1`` attended keys adds
@@ -726,12 +670,15 @@ def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected
         W.
     inputs, selected, docs : tensors or ndarrays, shape (num_docs, doc_len)
         As in :func:`least_squares_value_matrix`.
+    attend_to_masked : bool, keyword only
+        The key convention.
 
     Returns
     -------
     G : ndarray, shape (D, D)
         ``G[key_token, query_token]``; gradient descent moves A along -G.
     """
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
     W = np.asarray(value_matrix, dtype=np.float64)
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
         raise ValueError(f"value_matrix must be square (D, D), got shape {W.shape}")
@@ -741,9 +688,7 @@ def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected
     return (G / count).reshape(W.shape)
 
 
-def key_query_gradient(value_matrix: np.ndarray, num_topics: int, words_per_topic: int, topics_per_doc: int,
-                       doc_len: int, num_docs: int, mask_prob: float = 0.15, keep_prob: float = 0.1,
-                       random_prob: float = 0.1, attend_to_masked: bool = True, seed: int = 0) -> np.ndarray:
+def key_query_gradient(value_matrix: np.ndarray, setting: Setting, num_docs: int, seed: int = 0) -> np.ndarray:
     """Monte-Carlo estimate of ``G = dL/dA`` at uniform attention with a fixed value matrix.
 
     Samples ``num_docs`` documents (:class:`topicmech.data.SimplifiedTopicModel`, corrupted by
@@ -753,26 +698,27 @@ def key_query_gradient(value_matrix: np.ndarray, num_topics: int, words_per_topi
     Parameters
     ----------
     value_matrix : ndarray, shape (D, D)
-        Usually :func:`optimal_value_matrix` at the same parameters.
-    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked
+        Usually :func:`optimal_value_matrix` of the same setting.
+    setting : Setting
         As in :func:`moments` (``doc_len`` finite).
+    num_docs, seed : int
+        Documents sampled; their seed.
 
     Returns
     -------
     G : ndarray, shape (D, D)
         ``G[key_token, query_token]``.
     """
-    p = _params(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                attend_to_masked)
+    p = _check_setting(setting)
     if math.isinf(p.N):
-        raise ValueError(f"doc_len must be finite for sampling, got {doc_len!r}")
+        raise ValueError(f"doc_len must be finite for sampling, got {p.N!r}")
     n_docs = check_positive_int("num_docs", num_docs)
     W = np.asarray(value_matrix, dtype=np.float64)
     if W.shape != (p.D, p.D):
         raise ValueError(f"value_matrix must have shape {(p.D, p.D)}, got {W.shape}")
     G, total = np.zeros(p.D * p.D), 0
     for docs, inputs, selected in _sample_chunks(p, n_docs, seed, 1 << 15):
-        G_c, n_c = _key_query_sum(W, inputs, selected, docs, p.si)
+        G_c, n_c = _key_query_sum(W, inputs, selected, docs, p.attend_to_masked)
         G += G_c
         total += n_c
     if total == 0:
@@ -780,13 +726,13 @@ def key_query_gradient(value_matrix: np.ndarray, num_topics: int, words_per_topi
     return (G / total).reshape(p.D, p.D)
 
 
-def key_query_gradient_limit(num_topics: int, words_per_topic: int, topics_per_doc: int,
-                             keep_prob: float = 0.1) -> dict[str, float]:
+def key_query_gradient_limit(setting: Setting) -> dict[str, float]:
     """Leading-order ``dL/dA`` for a word query: hidden keys, N -> inf, ``W = B / v``.
 
     Only kept queries carry a topic signal: ``G_same = -2 p_c (tau - 1) / (V tau^2 v^2)`` for a
     key of the query's topic (the same word included) and ``G_diff = -G_same / (T - 1)``
-    otherwise.
+    otherwise. Reads ``num_topics``, ``words_per_topic``, ``topics_per_doc`` and ``keep_prob``
+    only (not ``doc_len``, ``mask_prob`` or ``attend_to_masked``).
 
     Returns
     -------
@@ -794,8 +740,8 @@ def key_query_gradient_limit(num_topics: int, words_per_topic: int, topics_per_d
         ``"same_word"``, ``"same_topic"``, ``"diff_topic"`` and ``"ratio"``
         (``same_topic / diff_topic = -(T - 1)``); nan entries when T == 1.
     """
-    T, v, tau = _check_topics(num_topics, words_per_topic, topics_per_doc)
-    p_c = check_masking(0.0, keep_prob, 0.0)[1]
+    s = _check_setting(setting)
+    T, v, tau, p_c = s.T, s.v, s.tau, s.p_c
     V = T * v
     g_same = -2.0 * p_c * (tau - 1) / (V * tau**2 * v**2)
     g_diff = 2.0 * p_c * (tau - 1) / (V * tau**2 * v**2 * (T - 1)) if T > 1 else math.nan
@@ -804,11 +750,12 @@ def key_query_gradient_limit(num_topics: int, words_per_topic: int, topics_per_d
 
 
 # ---- LDA documents: the simplified model's closed forms at an effective number of topics ----------
-def lda_effective_topics(num_topics: int, alpha: float) -> float:
-    """Topics per document ``tau_eff = (T alpha + 1) / (alpha + 1)`` of the simplified model with LDA's co-occurrences.
+def lda_effective_topics(num_topics: int, dirichlet_alpha: float) -> float:
+    """Topics per document ``tau_eff = (T a + 1) / (a + 1)`` of the simplified model with LDA's co-occurrences.
 
-    Two positions share a topic with probability ``(alpha + 1) / (T alpha + 1)``, ``1 / tau``
-    in the simplified model; ``tau_eff`` runs from 1 (``alpha -> 0``) to ``T`` (``alpha -> inf``).
+    ``a`` is LDA's Dirichlet concentration ``dirichlet_alpha``. Two positions share a topic with
+    probability ``(a + 1) / (T a + 1)``, ``1 / tau`` in the simplified model; ``tau_eff`` runs
+    from 1 (``a -> 0``) to ``T`` (``a -> inf``).
 
     Examples
     --------
@@ -816,71 +763,68 @@ def lda_effective_topics(num_topics: int, alpha: float) -> float:
     1.8181818181818181
     """
     T = check_positive_int("num_topics", num_topics)
-    a = check_float("alpha", alpha)
+    a = check_float("dirichlet_alpha", dirichlet_alpha)
     return (T * a + 1.0) / (a + 1.0)
 
 
-def lda_alpha_matching(num_topics: int, topics_per_doc: int) -> float:
-    """The ``alpha* = (tau - 1) / (T - tau)`` whose LDA has the co-occurrences of ``tau`` topics per document.
+def lda_alpha_matching(setting: Setting) -> float:
+    """The ``dirichlet_alpha = (tau - 1) / (T - tau)`` whose LDA has the co-occurrences of ``setting``.
 
-    Inverts :func:`lda_effective_topics`; needs ``2 <= topics_per_doc < num_topics``.
+    Inverts :func:`lda_effective_topics`; reads ``num_topics`` and ``topics_per_doc`` only,
+    with ``2 <= topics_per_doc < num_topics``.
     """
-    T = check_positive_int("num_topics", num_topics)
-    tau = check_positive_int("topics_per_doc", topics_per_doc)
+    s = _check_setting(setting)
+    T, tau = s.T, s.tau
     if not 2 <= tau < T:
-        raise ValueError(f"topics_per_doc must satisfy 2 <= topics_per_doc < num_topics={T}, got {topics_per_doc!r}")
+        raise ValueError(f"topics_per_doc must satisfy 2 <= topics_per_doc < num_topics={T}, got {tau!r}")
     return (tau - 1) / (T - tau)
 
 
-def lda_moments(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, attend_to_masked: bool = True
-                ) -> tuple[np.ndarray, np.ndarray]:
+def lda_moments(setting: Setting, dirichlet_alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Exact ``Sigma = E[xbar xbar^T]`` and ``C = E[y xbar^T]`` (shape (D, D)) for LDA documents.
 
     The moments are affine in ``1 / tau_eff`` (:func:`lda_effective_topics`), so they are the
-    affine combination (exact; an extrapolation when ``tau_eff > 2``) of
-    :func:`topicmech.theory.moments` at ``tau = 1`` and ``tau = 2``.
-    Arguments as in :func:`topicmech.theory.moments`, with the concentration ``alpha`` (> 0)
-    for ``topics_per_doc`` and ``num_topics >= 2``.
+    affine combination (exact; an extrapolation when ``tau_eff > 2``) of :func:`moments` at
+    ``tau = 1`` and ``tau = 2``.
+
+    Parameters
+    ----------
+    setting : Setting
+        As in :func:`moments`, with ``num_topics >= 2``; ``topics_per_doc`` is not read (LDA
+        mixes topics with a Dirichlet prior).
+    dirichlet_alpha : float
+        LDA's Dirichlet concentration, > 0.
     """
-    T = check_positive_int("num_topics", num_topics)
-    if T < 2:
-        raise ValueError(f"num_topics must be >= 2 for LDA moments, got {num_topics!r}")
-    tau_eff = lda_effective_topics(T, alpha)
-    args = (mask_prob, keep_prob, random_prob, attend_to_masked)
-    S1, C1 = moments(T, words_per_topic, 1, doc_len, *args)
-    S2, C2 = moments(T, words_per_topic, 2, doc_len, *args)
+    s = _check_setting(setting)
+    if s.T < 2:
+        raise ValueError(f"num_topics must be >= 2 for LDA moments, got {s.T!r}")
+    tau_eff = lda_effective_topics(s.T, dirichlet_alpha)
+    S1, C1 = moments(s.replace(topics_per_doc=1))
+    S2, C2 = moments(s.replace(topics_per_doc=2))
     w = 2.0 * (1.0 - 1.0 / tau_eff)      # 1/tau_eff = 1 -> w = 0; 1/tau_eff = 1/2 -> w = 1
     return S1 + w * (S2 - S1), C1 + w * (C2 - C1)
 
 
-def lda_optimal_value_matrix(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
-                             mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                             attend_to_masked: bool = True, l2: float = 0.0) -> np.ndarray:
+def lda_optimal_value_matrix(setting: Setting, dirichlet_alpha: float, l2: float = 0.0) -> np.ndarray:
     """Stage-1 optimum ``W* = C (Sigma + l2 I)^{-1}`` (shape (D, D)) of ``W^V`` for LDA documents.
 
-    Moments from :func:`lda_moments` (same arguments), ridge ``l2 >= 0``; as in
-    :func:`topicmech.theory.optimal_value_matrix` (hidden keys: word block only, ``[MASK]``
-    row and column 0), which it equals at ``alpha = lda_alpha_matching(T, tau)``.
+    Moments from :func:`lda_moments` (same arguments, ``topics_per_doc`` not read), ridge
+    ``l2 >= 0``; as in :func:`optimal_value_matrix` (hidden keys: word block only, ``[MASK]``
+    row and column 0), which it equals at ``dirichlet_alpha = lda_alpha_matching(setting)``.
     """
     lam = check_float("l2", l2, positive=False)
-    Sigma, C = lda_moments(num_topics, words_per_topic, alpha, doc_len, mask_prob, keep_prob, random_prob,
-                           attend_to_masked)
-    return _optimum_from_moments(Sigma, C, attend_to_masked=attend_to_masked, l2=lam)
+    Sigma, C = lda_moments(setting, dirichlet_alpha)
+    return _optimum_from_moments(Sigma, C, attend_to_masked=setting.attend_to_masked, l2=lam)
 
 
-def lda_sigma_eigenvalues(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
-                          mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                          attend_to_masked: bool = True) -> tuple[float, float]:
+def lda_sigma_eigenvalues(setting: Setting, dirichlet_alpha: float) -> tuple[float, float]:
     """:func:`sigma_eigenvalues` for LDA documents: smallest positive and largest eigenvalue of the
     :func:`lda_moments` ``Sigma`` (word block with hidden keys), same arguments."""
-    Sigma, _ = lda_moments(num_topics, words_per_topic, alpha, doc_len, mask_prob, keep_prob, random_prob,
-                           attend_to_masked)
-    return _sigma_extremes(Sigma, attend_to_masked)
+    Sigma, _ = lda_moments(setting, dirichlet_alpha)
+    return _sigma_extremes(Sigma, setting.attend_to_masked)
 
 
-def lda_value_blocks(num_topics: int, words_per_topic: int, alpha: float, doc_len: int | float,
-                     *args: Any, **kwargs: Any) -> ValueBlocks:
-    """Orbit values (:class:`topicmech.theory.ValueBlocks`) of :func:`lda_optimal_value_matrix`, same arguments."""
-    W = lda_optimal_value_matrix(num_topics, words_per_topic, alpha, doc_len, *args, **kwargs)
-    return orbit_means(W, num_topics, words_per_topic)
+def lda_value_blocks(setting: Setting, dirichlet_alpha: float, l2: float = 0.0) -> ValueBlocks:
+    """Orbit values (:class:`ValueBlocks`) of :func:`lda_optimal_value_matrix`, same arguments."""
+    W_star = lda_optimal_value_matrix(setting, dirichlet_alpha, l2=l2)
+    return orbit_means(W_star, setting.T, setting.v)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import theory
+from .setting import Masking, Setting
 from .utils import check_float, check_positive_int, check_seed
 
 __all__ = [
@@ -47,18 +48,20 @@ def tied_score_matrix(alpha: float, beta: float, num_topics: int, words_per_topi
     return Cmat
 
 
-def _check_setting(*args: object) -> theory._Params:
-    """``theory._params`` of (T, v, tau, N, p_m, p_c, p_r, attend_to_masked), then this estimator's checks."""
-    p = theory._params(*args)
+def _check_setting(setting: object) -> Setting:
+    """``setting`` (a :class:`topicmech.setting.Setting`) with this estimator's extra conditions."""
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+    p = setting
     if p.v < 2:
-        raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {args[1]!r}")
+        raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {p.v!r}")
     if p.tau >= p.T:
         raise ValueError(f"topics_per_doc must be < num_topics={p.T} (documents carry no topic otherwise), "
-                         f"got {args[2]!r}")
+                         f"got {p.tau!r}")
     if not isinstance(p.N, int):
-        raise ValueError(f"doc_len must be a finite integer >= 2, got {args[3]!r}")
+        raise ValueError(f"doc_len must be a finite integer >= 2, got {p.N!r}")
     if not 0.0 < p.p_m < 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {args[4]!r}")
+        raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {p.p_m!r}")
     return p
 
 
@@ -95,16 +98,13 @@ def _position_stats(inputs: np.ndarray, selected: np.ndarray, docs: np.ndarray, 
 class TiedAttentionObjective:
     """Monte-Carlo loss of the tied attention on one fixed sample (from :func:`tied_attention_objective`).
 
-    Attributes: the setting ``num_topics``, ``words_per_topic``, ``topics_per_doc``, ``doc_len``,
-    ``attend_to_masked``; ``value_matrix`` (the frozen ``W^V``, shape (D, D)); ``num_docs`` and
-    ``num_positions`` (documents with a used position, selected positions entering the loss).
+    Attributes: the ``setting``; ``value_matrix`` (the frozen ``W^V``, shape (D, D)); ``num_docs``
+    and ``num_positions`` (documents with a used position, selected positions entering the loss).
     """
 
-    def __init__(self, p: theory._Params, value_matrix: np.ndarray, doc: np.ndarray, gram: np.ndarray,
+    def __init__(self, setting: Setting, value_matrix: np.ndarray, doc: np.ndarray, gram: np.ndarray,
                  hit: np.ndarray, norm: np.ndarray, n_sel: np.ndarray) -> None:
-        self._p, self.value_matrix = p, value_matrix
-        self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len = p.T, p.v, p.tau, int(p.N)
-        self.attend_to_masked = p.si
+        self.setting, self.value_matrix = setting, value_matrix
         self._doc, self._gram, self._hit, self._norm, self._n_sel = doc, gram, hit, norm, n_sel
         self.num_docs, self.num_positions = int(n_sel.size), int(doc.size)
 
@@ -198,37 +198,29 @@ class TiedAttentionObjective:
             return self
         n = max(2, int(self._doc[m - 1]) + 1)
         keep = self._doc < n
-        return TiedAttentionObjective(self._p, self.value_matrix, self._doc[keep], self._gram[keep], self._hit[keep],
+        return TiedAttentionObjective(self.setting, self.value_matrix, self._doc[keep], self._gram[keep], self._hit[keep],
                                       self._norm[keep], self._n_sel[:n])
 
 
-def tied_attention_objective(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                             mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, *,
-                             attend_to_masked: bool, seed: int = 0,
-                             num_docs: int = 100_000) -> TiedAttentionObjective:
+def tied_attention_objective(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionObjective:
     """Sample documents and masks once (chunks of 16,384, nested across ``num_docs``) and return the loss on them.
 
-    ``W^V`` is :func:`topicmech.theory.optimal_value_matrix` of the same convention.
+    ``W^V`` is :func:`topicmech.theory.optimal_value_matrix` of ``setting``.
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc, doc_len : int
-        ``T``, ``v >= 2``, ``1 <= tau < T``, ``N >= 2``.
-    mask_prob, keep_prob, random_prob : float
-        BERT corruption, ``0 < p_m < 1``.
-    attend_to_masked : bool
-        Key visibility of the selected positions (keyword only, required).
+    setting : Setting
+        ``v >= 2``, ``1 <= tau < T``, finite ``N``, ``0 < p_m < 1``; both key conventions.
     seed, num_docs : int
         Sample seed and size.
     """
-    p = _check_setting(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                       attend_to_masked)
+    p = _check_setting(setting)
     seed, n_docs = check_seed(seed), check_positive_int("num_docs", num_docs)
-    W = theory.optimal_value_matrix(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r, attend_to_masked=p.si)
+    W = theory.optimal_value_matrix(p)
     parts: list[tuple[np.ndarray, ...]] = []
     offset = 0
     for docs, inputs, selected in theory._sample_chunks(p, n_docs, seed, _CHUNK):
-        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W, p.v, p.si)
+        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W, p.v, p.attend_to_masked)
         keep = n_sel > 0  # documents with at least one used position
         parts.append(((np.cumsum(keep) - 1 + offset)[dq], gram, hit, norm, n_sel[keep]))
         offset += int(keep.sum())
@@ -258,7 +250,7 @@ class TiedAttentionOptimum:
     num_docs, num_positions : int
         Documents with a used position; selected positions.
     num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked, seed
-        The setting.
+        The setting (flat, for JSON; :attr:`setting` rebuilds it) and the sample seed.
     """
 
     alpha: float
@@ -286,24 +278,27 @@ class TiedAttentionOptimum:
     attend_to_masked: bool
     seed: int
 
+    @property
+    def setting(self) -> Setting:
+        """The :class:`topicmech.setting.Setting` of the run."""
+        return Setting(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
+                       masking=Masking(self.mask_prob, self.keep_prob, self.random_prob),
+                       attend_to_masked=self.attend_to_masked)
+
     def to_dict(self) -> dict[str, object]:
         """Plain ``dict`` (JSON-serialisable)."""
         return asdict(self)
 
 
-def tied_attention_optimum(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                           mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, *,
-                           attend_to_masked: bool, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionOptimum:
+def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionOptimum:
     """Optimal tied attention scores ``(alpha, beta)`` with ``W^V`` at the stage-1 optimum.
 
     Minimises :func:`tied_attention_objective` (same arguments) over ``(log alpha, log beta)``: a
     coarse grid (-3 to 6, first 20,000 positions) picks the start, then L-BFGS-B, exact gradient.
     """
-    p = _check_setting(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                       attend_to_masked)
+    p = _check_setting(setting)
     seed = check_seed(seed)
-    obj = tied_attention_objective(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r, attend_to_masked=p.si, seed=seed,
-                                   num_docs=num_docs)
+    obj = tied_attention_objective(p, seed=seed, num_docs=num_docs)
     from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
 
     grid = np.linspace(-3.0, 6.0, 19)
@@ -325,12 +320,11 @@ def tied_attention_optimum(num_topics: int, words_per_topic: int, topics_per_doc
         la_se, lb_se = (float(math.sqrt(max(cov[k, k], 0.0))) for k in range(2))
         jac = np.array([(p.v - 1) / p.v * alpha, beta / p.v])
         wr_se = float(math.sqrt(max(jac @ cov @ jac, 0.0)))
-    exact = theory.population_loss(obj.value_matrix, *theory.moments(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r,
-                                                                     attend_to_masked=p.si))
+    exact = theory.population_loss(obj.value_matrix, *theory.moments(p))
     return TiedAttentionOptimum(
         alpha=alpha, beta=beta, weighted_ratio=weighted_ratio(alpha, beta, p.v), loss=loss, loss_se=loss_se,
         uniform_loss=uniform, uniform_loss_exact=float(exact), gain=-diff, gain_se=diff_se,
         log_alpha_se=la_se, log_beta_se=lb_se, weighted_ratio_se=wr_se, at_bound=at_bound,
         num_docs=obj.num_docs, num_positions=obj.num_positions, num_topics=p.T, words_per_topic=p.v,
         topics_per_doc=p.tau, doc_len=int(p.N), mask_prob=p.p_m, keep_prob=p.p_c, random_prob=p.p_r,
-        attend_to_masked=p.si, seed=seed)
+        attend_to_masked=p.attend_to_masked, seed=seed)
