@@ -42,10 +42,11 @@ N_SWEEP = dict(num_topics=8, taus=[2, 3, 4], doc_lens=[64, 128], num_docs=50_000
 
 
 def _opt(T: int, tau: int, si: bool, seed: int, num_docs: int, doc_len: int = DOC_LEN) -> dict:
+    from topicmech.setting import Setting
     from topicmech.tied_attention import tied_attention_optimum
 
     t0 = time.perf_counter()
-    o = tied_attention_optimum(T, V_WORDS, tau, doc_len, attend_to_masked=si, seed=seed, num_docs=num_docs)
+    o = tied_attention_optimum(Setting(T, V_WORDS, tau, doc_len, attend_to_masked=si), seed=seed, num_docs=num_docs)
     d = o.to_dict()
     d["seconds"] = time.perf_counter() - t0
     return d
