@@ -67,7 +67,7 @@ def test_gradient_hidden_keys(seed):
     W = SETTING.stage1_value_matrix(False)
     Gs = _gradients(W, False, seed)
     g = stage2.gradient_summary(Gs, T, v)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    exact = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     # sanity identities (hold for every sample; they check the code, not the proposition)
     assert g.max_column_sum < 1e-12 and abs(g.mask_query_mean) < 1e-15
     # evidence
@@ -83,7 +83,7 @@ def test_gradient_hidden_keys(seed):
     W_B = np.zeros((D, D))
     W_B[:V, :V] = np.equal.outer(np.arange(V) // v, np.arange(V) // v)
     gB = stage2.gradient_summary(_gradients(W_B, False, seed), T, v)
-    exact_B = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    exact_B = th.hidden_key_gradient(tm.Setting(T, v, tau, N, attend_to_masked=False), topic_eigenvalue=float(v))
     assert abs(gB.ratio + (T - 1)) < Z * gB.ratio_se
     assert abs(gB.same_topic - exact_B["same_topic"]) < Z * gB.same_topic_se
     lam_star = th.orbit_means(W, T, v).topic_eigenvalue
@@ -98,7 +98,7 @@ def test_gradient_without_kept_words_vanishes(seed):
     g0 = stage2.gradient_summary(_gradients(W0, False, seed, estimates=10, keep_prob=0.0), T, v)
     for key in ("same_word", "same_topic", "diff_topic"):
         assert abs(getattr(g0, key)) < Z * getattr(g0, key + "_se"), key
-    g_keep = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    g_keep = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     assert abs(g0.same_topic) < 0.05 * abs(g_keep["same_topic"])
 
 
@@ -125,7 +125,7 @@ def test_stage2_training_both_conventions(seed):
     data = SETTING.topic_model()
     topic = data.topic_of_word
     heldout = _held_out(seed)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    exact = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     rate_pred = stage2.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
 
     # hidden keys (the authors' convention)

@@ -95,20 +95,20 @@ def test_gradient_summary_on_synthetic_block_matrices():
 
 def test_hidden_key_gradient_identities():
     lim = th.key_query_gradient_limit(SETTING.hidden())
-    g_inf = stage2.hidden_key_gradient(T, v, tau, math.inf, topic_eigenvalue=1.0)
+    g_inf = th.hidden_key_gradient(Setting(T, v, tau, math.inf, attend_to_masked=False), topic_eigenvalue=1.0)
     for k in ("same_word", "same_topic", "diff_topic"):
         assert g_inf[k] == pytest.approx(lim[k], rel=1e-12)
-    g = stage2.hidden_key_gradient(T, v, tau, N)
+    g = th.hidden_key_gradient(SETTING.hidden())
     lam = th.value_block_coefficients(SETTING.hidden()).topic_eigenvalue
     assert g["factor"] == pytest.approx(lam * (1 - th.kappa(SETTING.hidden())), rel=1e-12)
     assert g["same_topic"] / g["diff_topic"] == pytest.approx(-(T - 1), rel=1e-12)
     assert g["mask_query"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, tau, N, keep_prob=0.0)["same_topic"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, 1, N)["diff_topic"] == 0.0
+    assert th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=0.0))["same_topic"] == 0.0
+    assert th.hidden_key_gradient(Setting(T, v, 1, N, attend_to_masked=False))["diff_topic"] == 0.0
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float("inf"))
+        th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float("inf"))
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, keep_prob=1.5)
+        th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=1.5))
 
 
 def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
@@ -118,7 +118,7 @@ def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
     W[:V, :V] = topic[:, None] == topic[None, :]
     Gs = [th.key_query_gradient(W, SETTING.hidden(), 8000, seed=s) for s in range(4)]
     s = stage2.gradient_summary(Gs, T, v)
-    g = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    g = th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float(v))
     assert abs(s.same_topic - g["same_topic"]) < 5 * s.same_topic_se
     assert abs(s.diff_topic - g["diff_topic"]) < 5 * s.diff_topic_se
 

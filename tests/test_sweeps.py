@@ -44,7 +44,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, stage2, sweeps, theory
+from topicmech import dynamics, sweeps, theory
 from topicmech.setting import Masking, Setting
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
@@ -272,15 +272,15 @@ def test_value_blocks_along_matches_theory():
 
 
 def test_stage2_drive():
-    assert stage2.stage2_drive(8, 4, 1, 32) == 0.0
-    g = stage2.hidden_key_gradient(8, 4, 2, 32)
-    assert stage2.stage2_drive(8, 4, 2, 32) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
-    assert stage2.stage2_drive(8, 4, 2, 64) > stage2.stage2_drive(8, 4, 2, 16) > 0
+    assert theory.stage2_drive(tm.Setting(8, 4, 1, 32, attend_to_masked=False)) == 0.0
+    g = theory.hidden_key_gradient(tm.Setting(8, 4, 2, 32, attend_to_masked=False))
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 32, attend_to_masked=False)) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 64, attend_to_masked=False)) > theory.stage2_drive(tm.Setting(8, 4, 2, 16, attend_to_masked=False)) > 0
     for T_, v_, tau, N_, p_m in [(8, 4, 2, 32, 0.15), (5, 3, 3, 12, 0.3), (10, 10, 4, 64, 0.15)]:
         hidden = Setting(T_, v_, tau, N_, masking=Masking(mask_prob=p_m), attend_to_masked=False)
         formula = (theory.topic_eigenvalue_hidden(hidden) * (1 - theory.kappa(hidden))
                    * 2 * 0.1 * (tau - 1) / ((T_ - 1) * tau**2 * v_**2))
-        assert stage2.stage2_drive(T_, v_, tau, N_, p_m) == pytest.approx(formula, rel=1e-10)
+        assert theory.stage2_drive(tm.Setting(T_, v_, tau, N_, masking=tm.Masking(p_m), attend_to_masked=False)) == pytest.approx(formula, rel=1e-10)
     p = sweeps.stage2_drive_point(0, num_topics=4, words_per_topic=2, doc_len=12, num_docs=500)
     assert set(p) == {"mc_drive", "exact_drive"} and p["exact_drive"] > 0
 

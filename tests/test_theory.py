@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from topicmech import theory as th
+from topicmech.probes import relation_masks
 from topicmech.setting import Masking, Setting
 
 torch.set_num_threads(1)
@@ -417,7 +418,7 @@ def test_least_squares_ridge_and_rank_deficiency():
 
 def test_tied_embeddings_table():
     Sigma, C = th.moments(S0)
-    eye, same, diff = th._orbit_masks(5, 4)
+    eye, same, diff = relation_masks(np.arange(20) // 4)
     # d = T: words of the same topic get identical embeddings
     E, M = th.tied_embedding_optimum(Sigma, C, 5, seed=0)
     assert E.shape == (5, 21)
@@ -449,7 +450,7 @@ def test_tied_embeddings_table():
 def test_symmetric_optimum_and_w_star_loss():
     """Section 8.11 Part D header: unconstrained symmetric optimum and loss(W*)."""
     Sigma, C = th.moments(S0)
-    Msym = th._symmetric_optimum(Sigma, C)
+    Msym = th.symmetric_optimum(Sigma, C)
     b = th.orbit_means(Msym, 5, 4)
     assert (b.diag, b.same_topic, b.diff_topic) == pytest.approx((0.3630, 0.2448, -0.0001), abs=5e-5)
     eig = np.linalg.eigvalsh(Msym)
@@ -513,7 +514,7 @@ def test_gradient_visible_keys_ordering():
     b = th.orbit_means(G, 5, 4)
     assert b.diag < b.same_topic < 0 < b.diff_topic
     np.testing.assert_allclose(G.sum(axis=0), 0.0, atol=1e-15)
-    eye, same, diff = th._orbit_masks(5, 4)
+    eye, same, diff = relation_masks(np.arange(20) // 4)
     g = G[:20, :20]
     for q in range(20):  # every word query: same word < same topic < different topic
         assert g[q, q] < g[same[:, q], q].min()

@@ -6,7 +6,7 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 - 1-2: :mod:`topicmech.data` (topic models, masking), :mod:`topicmech.model`,
   :mod:`topicmech.train`, :mod:`topicmech.probes` (block means, attention by topic relation);
 - 3-5: :mod:`topicmech.theory` (exact theory), :mod:`topicmech.embeddings` (3),
-  :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` and :mod:`topicmech.tied_attention` (5);
+  :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` (5);
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
   assumptions), :mod:`topicmech.pretrained` (real text);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
@@ -31,7 +31,7 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "pretrained", "dynamics", "sweeps", "stage1", "stage2", "embeddings", "fast",
-                "tied_attention", "reproduce"):
+                "reproduce"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

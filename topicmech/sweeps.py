@@ -21,7 +21,6 @@ from .dynamics import Sweep, heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import block_means, relation_reader
 from .setting import Masking, Setting
-from .stage2 import stage2_drive
 from .train import train
 from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
 
@@ -366,19 +365,18 @@ def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int =
 
     Default ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
     error of one estimate at about 2.5% along every axis (short documents carry less signal each).
-    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`sweep_axes`.
+    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`topicmech.theory.stage2_drive`), for :func:`sweep_axes`.
     """
     from .dynamics import topic_growth_eigenvalue
 
     num_docs = max(1, 128_000 // check_positive_int("doc_len", doc_len)) if num_docs is None else num_docs
 
-    setting = (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
     hidden = Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
                      masking=Masking(mask_prob, keep_prob, random_prob), attend_to_masked=False)
     W = theory.optimal_value_matrix(hidden)
     G = theory.key_query_gradient(W, hidden, num_docs, seed=seed)                  # (D, D)
     topic = np.arange(num_topics * words_per_topic) // words_per_topic
-    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting)}
+    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": theory.stage2_drive(hidden)}
 
 
 def _is_scalar(x: object) -> bool:
