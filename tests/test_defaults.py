@@ -94,7 +94,7 @@ def test_default_phases_follow_the_rule(name, si, loss):
     lo, hi = theory.sigma_eigenvalues(Setting(T, v, tau, N, masking=Masking(pm), attend_to_masked=si))
     lrs = [lr for _, lr in phases]
     limit = (4.0 if loss == "cross_entropy" else 1.0) / hi   # stability limit of the curvature bound
-    assert lrs[0] == pytest.approx(stage1.SAFE_FRACTION * limit, rel=1e-12)
+    assert lrs[0] == pytest.approx(theory.SAFE_FRACTION * limit, rel=1e-12)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))            # decaying
     # the population gradient flow shrinks the slowest squared-loss component by 100
     sq = stage1.default_phases(tm.SimplifiedTopicModel(T, v, tau), N, attend_to_masked=si, mask_prob=pm)

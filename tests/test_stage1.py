@@ -136,10 +136,10 @@ def test_default_phases_are_what_train_value_matrix_runs(small_model):
     run = stage1.train_value_matrix(small_model, doc_len=8, attend_to_masked=False, mask_prob=0.3)
     assert run.phases == phases
     _, hi = theory.sigma_eigenvalues(Setting(T, V_PER, TAU, 8, masking=Masking(0.3), attend_to_masked=False))
-    assert phases[0][1] == pytest.approx(stage1.SAFE_FRACTION / hi)
+    assert phases[0][1] == pytest.approx(theory.SAFE_FRACTION / hi)
     assert len(phases) == len(stage1.PHASE_DECAY) and min(n for n, _ in phases) >= stage1.MIN_PHASE_STEPS
     ridge = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
-    assert ridge[0][1] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
+    assert ridge[0][1] == pytest.approx(theory.SAFE_FRACTION / (hi + 0.01))
 
 
 @pytest.mark.parametrize(

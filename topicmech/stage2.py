@@ -208,7 +208,7 @@ class GradientSummary:
     def topic_eigenvalue(self) -> float:
         """Eigenvalue ``-[(same_word - same_topic) + v (same_topic - diff_topic)]`` of ``-G`` on topic contrasts."""
         v = self.words_per_topic
-        return -((self.same_word - self.same_topic) + v * (self.same_topic - self.diff_topic))
+        return -theory.topic_eigenvalue(self.same_word, self.same_topic, self.diff_topic, v)
 
     def topic_contrast_z(self) -> float:
         """``(same_topic - diff_topic)`` in units of its standard error (negative: descent raises same-topic scores)."""

@@ -116,7 +116,7 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
                                               needs="lr and steps")
         curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
         if lr is None:
-            lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
+            lr = theory.SAFE_FRACTION * curv / (lam_max + curv * l2)  # not stage1_sgd_lr: other rounding
         if steps is None:
             steps = max(200, math.ceil(math.log(100.0) * curv / (2.0 * float(lr) * (lam_min + curv * l2))))
     steps = check_positive_int("steps", steps)
@@ -266,7 +266,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
             lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
                                          mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
                                          needs="lr")[1]
-            lr = stage1.SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+            lr = theory.stage1_sgd_lr(lam_max, loss=loss)
         else:
             raise ValueError(
                 f"no default SGD learning rate with learned embeddings (handicap={handicap!r}): the tied loss "

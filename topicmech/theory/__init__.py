@@ -49,6 +49,7 @@ from .lda import (
     lda_value_blocks,
 )
 from .value import (
+    SAFE_FRACTION,
     ValueBlocks,
     bayes_risk,
     block_matrix,
@@ -60,6 +61,8 @@ from .value import (
     orbit_means,
     population_loss,
     sigma_eigenvalues,
+    stage1_sgd_lr,
+    topic_eigenvalue,
     topic_eigenvalue_hidden,
     value_block_coefficients,
     weighted_block_gap,
@@ -70,7 +73,7 @@ __all__ = [
     # value
     "ValueBlocks", "kappa", "moments", "population_loss", "optimal_value_matrix", "value_block_coefficients",
     "block_matrix", "orbit_means", "orbit_deviation", "diag_excess", "topic_eigenvalue_hidden",
-    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues",
+    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr", "topic_eigenvalue",
     # lda
     "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
     "lda_sigma_eigenvalues", "lda_value_blocks",

@@ -24,7 +24,15 @@ import numpy as np
 from ..setting import Masking, Setting, check_attend_to_masked
 from ..utils import check_float, check_positive_int, check_seed
 from .estimates import check_sample, chunks, doc_counts, sample_chunks
-from .value import check_setting, kappa, moments, optimal_value_matrix, population_loss, value_block_coefficients
+from .value import (
+    check_setting,
+    kappa,
+    moments,
+    optimal_value_matrix,
+    population_loss,
+    topic_eigenvalue,
+    value_block_coefficients,
+)
 
 __all__ = [
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
@@ -189,7 +197,7 @@ def stage2_drive(setting: Setting) -> float:
     ``topics_per_doc == 1``. Reads what :func:`hidden_key_gradient` reads.
     """
     g = hidden_key_gradient(setting)
-    return float(-((g["same_word"] - g["same_topic"]) + setting.v * (g["same_topic"] - g["diff_topic"]))) + 0.0
+    return float(-topic_eigenvalue(g["same_word"], g["same_topic"], g["diff_topic"], setting.v)) + 0.0
 
 
 #: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`

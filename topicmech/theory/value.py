@@ -26,7 +26,8 @@ from ..utils import check_float, check_positive_int
 __all__ = [
     "ValueBlocks", "kappa", "moments", "population_loss", "optimal_value_matrix", "value_block_coefficients",
     "block_matrix", "orbit_means", "orbit_deviation", "diag_excess", "topic_eigenvalue_hidden",
-    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "check_setting", "optimum_from_moments",
+    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr", "topic_eigenvalue",
+    "check_setting", "optimum_from_moments",
     "sigma_extremes", "RCOND",
 ]
 
@@ -321,6 +322,16 @@ def value_block_coefficients(setting: Setting, l2: float = 0.0) -> ValueBlocks:
     return _value_blocks(check_setting(setting), check_float("l2", l2, positive=False))
 
 
+def topic_eigenvalue(w_diag: float, w_same: float, w_diff: float, words_per_topic: int) -> float:
+    """Eigenvalue ``lambda_t = (w_diag - w_same) + v (w_same - w_diff)`` on topic contrasts of a block-form matrix.
+
+    The matrix ``w_diag I + w_same (B - I) + w_diff (J - B)`` on the words acts so on vectors constant
+    within topics and summing to zero (``v = words_per_topic``, not validated: a formula for callers
+    that have checked their blocks).
+    """
+    return (w_diag - w_same) + words_per_topic * (w_same - w_diff)
+
+
 def _word_masks(T: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Same word, same topic (distinct words), different topic: (V, V) masks of :func:`topicmech.probes.relation_masks`."""
     return relation_masks(np.arange(T * v) // v)
@@ -356,7 +367,7 @@ def orbit_means(matrix: np.ndarray, num_topics: int, words_per_topic: int) -> Va
     M, T, v = _word_orbits(matrix, num_topics, words_per_topic)
     V = T * v
     w_diag, w_same, w_diff = (float(M[:V, :V][mask].mean()) if mask.any() else math.nan for mask in _word_masks(T, v))
-    lt = (w_diag - w_same) + v * (w_same - w_diff) if (v > 1 and T > 1) else math.nan
+    lt = topic_eigenvalue(w_diag, w_same, w_diff, v) if (v > 1 and T > 1) else math.nan
     return ValueBlocks(w_diag, w_same, w_diff, float(M[:V, V].mean()), lt)
 
 
@@ -451,3 +462,21 @@ def sigma_eigenvalues(setting: Setting) -> tuple[float, float]:
     return sigma_extremes(_dense_moments(p)[0], p.attend_to_masked)
 
 
+#: First SGD learning rate on ``W^V`` as a fraction of the stability limit (:func:`stage1_sgd_lr`).
+SAFE_FRACTION: float = 0.5
+
+
+def stage1_sgd_lr(lambda_max: float, *, loss: str, l2: float = 0.0) -> float:
+    """The default SGD learning rate on ``W^V`` from the top eigenvalue ``lambda_max`` of ``Sigma``.
+
+    ``SAFE_FRACTION`` of the stability limit of the loss's curvature: ``0.5 / (lambda_max + l2)``
+    for the squared loss (gradient ``2 (W (Sigma + l2 I) - C)``), four times the rate,
+    ``2 / (lambda_max + 4 l2)``, for cross-entropy (its Hessian in the logits, ``diag(p) - p p^T``,
+    is at most a quarter of the squared-loss one). ``lambda_max`` from :func:`sigma_eigenvalues`.
+    """
+    lam = check_float("lambda_max", lambda_max)
+    l2 = check_float("l2", l2, positive=False)
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
+    scale = 4.0 if loss == "cross_entropy" else 1.0
+    return SAFE_FRACTION * scale / ((lam + l2) + (scale - 1.0) * l2)
