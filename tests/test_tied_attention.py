@@ -47,7 +47,7 @@ def test_objective_matches_the_model(attend_to_masked):
     s = spawn_seeds(seed, 2)                                          # the objective's first chunk
     docs = SimplifiedTopicModel(T, v, tau).sample(n_docs, N, seed=s[0])
     inputs, selected = bert_mask(docs, V, seed=s[1])
-    model = stage2.stage2_model(obj.value_matrix, attend_to_masked=attend_to_masked)
+    model = stage2.stage2_model(obj.W_star, attend_to_masked=attend_to_masked)
     target = torch.nn.functional.one_hot(docs, D).double()           # (B, N, D)
     used = selected if attend_to_masked else selected & (~selected).any(dim=1, keepdim=True)
     for alpha, beta in [(1.0, 1.0), (2.5, 0.7), (0.3, 4.0)]:
@@ -77,7 +77,7 @@ def test_uniform_attention_reproduces_stage1_loss(optimum):
     est, se = obj.loss_and_se(1.0, 1.0)
     assert est == pytest.approx(optimum.uniform_loss, abs=1e-12)
     Sigma, C = th.moments(optimum.setting)
-    exact = th.population_loss(obj.value_matrix, Sigma, C)
+    exact = th.population_loss(obj.W_star, Sigma, C)
     assert optimum.uniform_loss_exact == pytest.approx(exact, abs=1e-12)
     assert abs(est - exact) < 4 * se, (est, exact, se)                # within 4 standard errors
 

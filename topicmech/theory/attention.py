@@ -300,13 +300,13 @@ def _position_stats(inputs: np.ndarray, selected: np.ndarray, docs: np.ndarray, 
 class TiedAttentionObjective:
     """Monte-Carlo loss of the tied attention on one fixed sample (from :func:`tied_attention_objective`).
 
-    Attributes: the ``setting``; ``value_matrix`` (the frozen ``W^V``, shape (D, D)); ``num_docs``
+    Attributes: the ``setting``; ``W_star`` (``W^V``, frozen at W*, shape (D, D)); ``num_docs``
     and ``num_positions`` (documents with a used position, selected positions entering the loss).
     """
 
-    def __init__(self, setting: Setting, value_matrix: np.ndarray, doc: np.ndarray, gram: np.ndarray,
+    def __init__(self, setting: Setting, W_star: np.ndarray, doc: np.ndarray, gram: np.ndarray,
                  hit: np.ndarray, norm: np.ndarray, n_sel: np.ndarray) -> None:
-        self.setting, self.value_matrix = setting, value_matrix
+        self.setting, self.W_star = setting, W_star
         self._doc, self._gram, self._hit, self._norm, self._n_sel = doc, gram, hit, norm, n_sel
         self.num_docs, self.num_positions = int(n_sel.size), int(doc.size)
 
@@ -400,7 +400,7 @@ class TiedAttentionObjective:
             return self
         n = max(2, int(self._doc[m - 1]) + 1)
         keep = self._doc < n
-        return TiedAttentionObjective(self.setting, self.value_matrix, self._doc[keep], self._gram[keep], self._hit[keep],
+        return TiedAttentionObjective(self.setting, self.W_star, self._doc[keep], self._gram[keep], self._hit[keep],
                                       self._norm[keep], self._n_sel[:n])
 
 
@@ -418,18 +418,18 @@ def tied_attention_objective(setting: Setting, *, seed: int = 0, num_docs: int =
     """
     p = _check_tied_setting(setting)
     seed, n_docs = check_seed(seed), check_positive_int("num_docs", num_docs)
-    W = optimal_value_matrix(p)
+    W_star = optimal_value_matrix(p)
     parts: list[tuple[np.ndarray, ...]] = []
     offset = 0
     for docs, inputs, selected in sample_chunks(p, n_docs, seed, _CHUNK):
-        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W, p.v, p.attend_to_masked)
+        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W_star, p.v, p.attend_to_masked)
         keep = n_sel > 0  # documents with at least one used position
         parts.append(((np.cumsum(keep) - 1 + offset)[dq], gram, hit, norm, n_sel[keep]))
         offset += int(keep.sum())
     doc, gram, hit, norm, n_sel = (np.concatenate([part[i] for part in parts]) for i in range(5))
     if doc.size == 0 or n_sel.size < 2:
         raise ValueError("the sample has fewer than two documents with a selected position; increase num_docs")
-    return TiedAttentionObjective(p, W, doc, gram, hit, norm, n_sel)
+    return TiedAttentionObjective(p, W_star, doc, gram, hit, norm, n_sel)
 
 
 @dataclass(frozen=True)
@@ -522,7 +522,7 @@ def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 1
         la_se, lb_se = (float(math.sqrt(max(cov[k, k], 0.0))) for k in range(2))
         jac = np.array([(p.v - 1) / p.v * alpha, beta / p.v])
         wr_se = float(math.sqrt(max(jac @ cov @ jac, 0.0)))
-    exact = population_loss(obj.value_matrix, *moments(p))
+    exact = population_loss(obj.W_star, *moments(p))
     return TiedAttentionOptimum(
         alpha=alpha, beta=beta, weighted_ratio=weighted_ratio(alpha, beta, p.v), loss=loss, loss_se=loss_se,
         uniform_loss=uniform, uniform_loss_exact=float(exact), gain=-diff, gain_se=diff_se,
