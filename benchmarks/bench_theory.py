@@ -44,22 +44,25 @@ def measure(runs: int, dense_max: int, algebra_sizes: list[int], dense_sizes: li
     torch.set_num_threads(1)
     algebra, dense = [], []
     for V in algebra_sizes:
-        t = C.repeat(lambda: theory.value_block_coefficients(T, V // T, TAU, N), runs=max(runs, 20), warmup=2)
+        setting = tm.Setting(T, V // T, TAU, N, attend_to_masked=True)
+        t = C.repeat(lambda: theory.value_block_coefficients(setting), runs=max(runs, 20), warmup=2)
         algebra.append({"V": V, **t})
     for V in [s for s in dense_sizes if s <= dense_max]:
         n_runs = runs if V <= 500 else max(1, runs // 3)
-        t = C.repeat(lambda: theory.optimal_value_matrix(T, V // T, TAU, N), runs=n_runs, warmup=0)
-        W = theory.optimal_value_matrix(T, V // T, TAU, N)
-        Wb = theory.block_matrix(theory.value_block_coefficients(T, V // T, TAU, N), T, V // T)
+        setting = tm.Setting(T, V // T, TAU, N, attend_to_masked=True)
+        t = C.repeat(lambda: theory.optimal_value_matrix(setting), runs=n_runs, warmup=0)
+        W = theory.optimal_value_matrix(setting)
+        Wb = theory.block_matrix(theory.value_block_coefficients(setting), T, V // T)
         dense.append({"V": V, **t, "max_abs_diff_vs_algebra": float(np.max(np.abs(W - Wb))),
                       "matrix_mib": W.nbytes / 2**20})
 
     # training to the same accuracy, at a small vocabulary
     V, Nt = TRAIN["V"], TRAIN["doc_len"]
     v = V // T
-    target = theory.value_block_coefficients(T, v, TAU, Nt)
-    t_alg = C.repeat(lambda: theory.value_block_coefficients(T, v, TAU, Nt), runs=20, warmup=2)
-    t_dense = C.repeat(lambda: theory.optimal_value_matrix(T, v, TAU, Nt), runs=runs, warmup=0)
+    setting = tm.Setting(T, v, TAU, Nt, attend_to_masked=True)
+    target = theory.value_block_coefficients(setting)
+    t_alg = C.repeat(lambda: theory.value_block_coefficients(setting), runs=20, warmup=2)
+    t_dense = C.repeat(lambda: theory.optimal_value_matrix(setting), runs=runs, warmup=0)
     stm = tm.SimplifiedTopicModel(T, v, TAU)
     train_runs = []
     for seed in range(max(1, min(runs, 3))):

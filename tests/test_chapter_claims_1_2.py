@@ -278,8 +278,9 @@ def _stage1(visible: bool, seed: int):
     model = tm.OneLayerTransformer(data.num_tokens, attend_to_masked=visible, init_scale=0.01, seed=seed)
     mask_col_init = model.W_V[:, data.mask_id].detach().clone()
     history = tm.train.train(model, data, steps=1000, batch_size=64, doc_len=N, lr=10.0, seed=100 + seed)
-    Sigma, C = theory.moments(T, v, tau, N, attend_to_masked=visible)
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=visible)
+    setting = tm.Setting(T, v, tau, N, attend_to_masked=visible)
+    Sigma, C = theory.moments(setting)
+    W_star = theory.optimal_value_matrix(setting)
     W = model.W_V.detach().double().numpy()
     return dict(
         L_star=theory.population_loss(W_star, Sigma, C),
@@ -316,12 +317,13 @@ def test_stage1_training_reaches_topic_block(seed: int) -> None:
 
 @pytest.mark.parametrize("T,v,tau", [(10, 10, 2), (5, 4, 2)])
 def test_optimum_approaches_bayes_floor_like_one_over_N(T: int, v: int, tau: int) -> None:
-    floor = theory.bayes_risk(T, v, tau)
+    setting = tm.Setting(T, v, tau, 16, attend_to_masked=True)
+    floor = theory.bayes_risk(setting)
     Ns = [16, 64, 256, 1024]
     excess = []
     for N in Ns:
-        Sigma, C = theory.moments(T, v, tau, N)
-        excess.append(theory.population_loss(theory.optimal_value_matrix(T, v, tau, N), Sigma, C) - floor)
+        Sigma, C = theory.moments(setting.replace(doc_len=N))
+        excess.append(theory.population_loss(theory.optimal_value_matrix(setting.replace(doc_len=N)), Sigma, C) - floor)
     scaled = np.array(Ns) * np.array(excess)
     assert all(e > 0 for e in excess) and np.all(np.diff(excess) < 0)
     assert scaled.max() / scaled.min() < 1.3, scaled

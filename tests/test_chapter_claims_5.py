@@ -56,9 +56,9 @@ Z = 5.0                          # allowed distance, in standard errors
 
 
 def _gradients(W: np.ndarray, attend_to_masked: bool, seed: int, estimates: int = ESTIMATES,
-               **kwargs) -> list[np.ndarray]:
-    return [th.key_query_gradient(W, T, v, tau, N, DOCS, attend_to_masked=attend_to_masked,
-                                  seed=1000 * seed + k, **kwargs) for k in range(estimates)]
+               **masking) -> list[np.ndarray]:
+    setting = tm.Setting.stage2_quick(attend_to_masked=attend_to_masked).replace(**masking)
+    return [th.key_query_gradient(W, setting, DOCS, seed=1000 * seed + k) for k in range(estimates)]
 
 
 @pytest.mark.slow
@@ -67,7 +67,7 @@ def test_gradient_hidden_keys(seed):
     W = SETTING.stage1_value_matrix(False)
     Gs = _gradients(W, False, seed)
     g = stage2.gradient_summary(Gs, T, v)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    exact = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     # sanity identities (hold for every sample; they check the code, not the proposition)
     assert g.max_column_sum < 1e-12 and abs(g.mask_query_mean) < 1e-15
     # evidence
@@ -83,7 +83,7 @@ def test_gradient_hidden_keys(seed):
     W_B = np.zeros((D, D))
     W_B[:V, :V] = np.equal.outer(np.arange(V) // v, np.arange(V) // v)
     gB = stage2.gradient_summary(_gradients(W_B, False, seed), T, v)
-    exact_B = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    exact_B = th.hidden_key_gradient(tm.Setting(T, v, tau, N, attend_to_masked=False), topic_eigenvalue=float(v))
     assert abs(gB.ratio + (T - 1)) < Z * gB.ratio_se
     assert abs(gB.same_topic - exact_B["same_topic"]) < Z * gB.same_topic_se
     lam_star = th.orbit_means(W, T, v).topic_eigenvalue
@@ -94,11 +94,11 @@ def test_gradient_hidden_keys(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_without_kept_words_vanishes(seed):
     """Exercise ex-attention-keep: no first-order topic signal without kept words."""
-    W0 = th.optimal_value_matrix(T, v, tau, N, keep_prob=0.0, attend_to_masked=False)
+    W0 = th.optimal_value_matrix(tm.Setting.stage2_quick(attend_to_masked=False).replace(keep_prob=0.0))
     g0 = stage2.gradient_summary(_gradients(W0, False, seed, estimates=10, keep_prob=0.0), T, v)
     for key in ("same_word", "same_topic", "diff_topic"):
         assert abs(getattr(g0, key)) < Z * getattr(g0, key + "_se"), key
-    g_keep = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    g_keep = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     assert abs(g0.same_topic) < 0.05 * abs(g_keep["same_topic"])
 
 
@@ -125,7 +125,7 @@ def test_stage2_training_both_conventions(seed):
     data = SETTING.topic_model()
     topic = data.topic_of_word
     heldout = _held_out(seed)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    exact = th.hidden_key_gradient(tm.Setting(T, v, tau, N, masking=tm.Masking(SETTING.mask_prob, SETTING.keep_prob), attend_to_masked=False))
     rate_pred = stage2.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
 
     # hidden keys (the authors' convention)
@@ -164,4 +164,4 @@ def test_settings_match_the_chapter():
     s = SETTING
     assert (s.lr, s.steps, s.batch_size, s.init_scale) == (100.0, 600, 128, 0.1)
     assert (s.mask_prob, s.keep_prob, s.random_prob) == (0.15, 0.1, 0.1)
-    assert math.isclose(th.key_query_gradient_limit(T, v, tau)["ratio"], -(T - 1))
+    assert math.isclose(th.key_query_gradient_limit(tm.Setting.stage2_quick(attend_to_masked=False))["ratio"], -(T - 1))

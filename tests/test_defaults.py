@@ -18,6 +18,7 @@ import torch
 import topicmech as tm
 from topicmech import dynamics, embeddings, stage1, stage2, sweeps, theory
 from topicmech.data import TopicModel
+from topicmech.setting import Masking, Setting
 
 # (T, v, tau, N, p_m): none of them is a setting of the book
 SETTINGS = {
@@ -29,10 +30,10 @@ MASK = dict(keep_prob=0.1, random_prob=0.1)
 
 
 def _exact(T, v, tau, N, pm, si):
-    args = (T, v, tau, N, pm, MASK["keep_prob"], MASK["random_prob"])
-    S, C = theory.moments(*args, attend_to_masked=si)
-    W = theory.optimal_value_matrix(*args, attend_to_masked=si)
-    return S, C, W, theory.value_block_coefficients(*args, attend_to_masked=si)
+    setting = Setting(T, v, tau, N, masking=Masking(pm, **MASK), attend_to_masked=si)
+    S, C = theory.moments(setting)
+    W = theory.optimal_value_matrix(setting)
+    return S, C, W, theory.value_block_coefficients(setting)
 
 
 def _excess(W, S, C, W_star):
@@ -59,7 +60,7 @@ class _OtherTopicModel(TopicModel):
 def test_sigma_eigenvalues_match_a_dense_solve(name, si):
     T, v, tau, N, pm = SETTINGS[name]
     S, _, _, _ = _exact(T, v, tau, N, pm, si)
-    lo, hi = theory.sigma_eigenvalues(T, v, tau, N, pm, attend_to_masked=si)
+    lo, hi = theory.sigma_eigenvalues(Setting(T, v, tau, N, masking=Masking(pm), attend_to_masked=si))
     ev = np.linalg.eigvalsh(S if si else S[:-1, :-1])
     assert hi == pytest.approx(ev[-1], rel=1e-12) and lo == pytest.approx(ev[0], rel=1e-9)
     if not si:  # hidden keys: xbar sums to 1 over the words, the all-ones direction gives exactly 1 / V
@@ -67,14 +68,14 @@ def test_sigma_eigenvalues_match_a_dense_solve(name, si):
 
 
 def test_sigma_eigenvalues_skip_the_null_space_at_infinite_length():
-    lo, hi = theory.sigma_eigenvalues(4, 3, 2, math.inf, attend_to_masked=True)
+    lo, hi = theory.sigma_eigenvalues(Setting(4, 3, 2, math.inf, attend_to_masked=True))
     assert 0 < lo <= hi
 
 
 def test_the_books_fixed_phases_are_unstable_elsewhere():
     """Why the default is derived: lr 30 exceeds the limit 1 / lambda_max = 18 at T=6, v=5, N=40, p_m=0.2."""
     T, v, tau, N, pm = SETTINGS["T6v5"]
-    _, hi = theory.sigma_eigenvalues(T, v, tau, N, pm, attend_to_masked=True)
+    _, hi = theory.sigma_eigenvalues(Setting(T, v, tau, N, masking=Masking(pm), attend_to_masked=True))
     assert stage1.SQUARED_PHASES[0][1] > 1.5 / hi
 
 
@@ -90,10 +91,10 @@ def test_default_phases_follow_the_rule(name, si, loss):
     T, v, tau, N, pm = SETTINGS[name]
     phases = stage1.default_phases(tm.SimplifiedTopicModel(T, v, tau), N, loss=loss, attend_to_masked=si,
                                    mask_prob=pm)
-    lo, hi = theory.sigma_eigenvalues(T, v, tau, N, pm, attend_to_masked=si)
+    lo, hi = theory.sigma_eigenvalues(Setting(T, v, tau, N, masking=Masking(pm), attend_to_masked=si))
     lrs = [lr for _, lr in phases]
     limit = (4.0 if loss == "cross_entropy" else 1.0) / hi   # stability limit of the curvature bound
-    assert lrs[0] == pytest.approx(stage1.SAFE_FRACTION * limit, rel=1e-12)
+    assert lrs[0] == pytest.approx(theory.SAFE_FRACTION * limit, rel=1e-12)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))            # decaying
     # the population gradient flow shrinks the slowest squared-loss component by 100
     sq = stage1.default_phases(tm.SimplifiedTopicModel(T, v, tau), N, attend_to_masked=si, mask_prob=pm)
@@ -244,8 +245,8 @@ def test_train_joint_default_sgd_converges(name):
 def test_stage2_default_lr_inverts_the_predicted_rate():
     for T, v, tau, N, pm in SETTINGS.values():
         s = stage2.Stage2Setting(num_topics=T, words_per_topic=v, topics_per_doc=tau, doc_len=N, mask_prob=pm)
-        lam = stage2.stage2_drive(T, v, tau, N, pm)
-        assert stage2.predicted_growth_rate(s.lr, lam, T * v + 1) == pytest.approx(stage2.TARGET_GROWTH_RATE)
+        lam = theory.stage2_drive(tm.Setting(T, v, tau, N, masking=tm.Masking(pm), attend_to_masked=False))
+        assert stage2.predicted_growth_rate(s.lr, lam, T * v + 1) == pytest.approx(theory.TARGET_GROWTH_RATE)
     with pytest.raises(ValueError, match="lr"):
         stage2.Stage2Setting(topics_per_doc=1)
     with pytest.raises(ValueError, match="lr"):
@@ -263,7 +264,7 @@ def test_stage2_default_lr_gives_the_target_growth(name):
     topic = hist.probe("same_topic")
     rate = stage2.fitted_growth_rate(hist.probe_step, topic)
     # measured 0.028-0.030 against the target 0.03
-    assert abs(rate / stage2.TARGET_GROWTH_RATE - 1) < 0.25, rate
+    assert abs(rate / theory.TARGET_GROWTH_RATE - 1) < 0.25, rate
     assert topic[-1] > 1.0                                                 # measured >= 1.99
     assert np.mean(hist.loss[-50:]) < np.mean(hist.loss[:50])
 

@@ -21,10 +21,12 @@ from topicmech import dynamics, runner, theory
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
+from topicmech.setting import Setting
 from topicmech.train import History
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
+SETTING = Setting(T, v, tau, N, attend_to_masked=True)
 TM = SimplifiedTopicModel(T, v, tau)
 D = TM.num_tokens
 TOPIC = TM.topic_of_word
@@ -46,7 +48,7 @@ def _batch(num_docs: int = 64, seed: int = 0):
 
 def test_value_gap_is_zero_at_the_reference_and_one_at_zero():
     model = _model()
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=True)
+    W_star = theory.optimal_value_matrix(SETTING)
     with torch.no_grad():
         model.W_V.copy_(torch.as_tensor(W_star))
     assert dynamics.value_gap(model, W_star) < 1e-6
@@ -57,7 +59,7 @@ def test_value_gap_is_zero_at_the_reference_and_one_at_zero():
 
 def test_value_gap_can_ignore_the_mask_column():
     model = _model()
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)  # [MASK] column 0
+    W_star = theory.optimal_value_matrix(SETTING.hidden())  # [MASK] column 0
     with torch.no_grad():
         model.W_V.copy_(torch.as_tensor(W_star))
         model.W_V[:, -1] = 5.0                                   # unconstrained under hidden keys
@@ -97,7 +99,7 @@ def test_uniform_attention_reads_one_in_every_relation():
 
 
 def test_standard_probes_record_during_training_and_agree():
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
+    W_star = theory.optimal_value_matrix(SETTING.hidden())
     probes = dynamics.standard_probes(TM, W_star, dynamics.heldout_batch(TM, 16, N))
     assert set(probes) == {"value_gap", "value_topic_gap", "kq_norm", "kq_same_word", "kq_same_topic",
                            "attention", "attn_contrast"}
@@ -332,8 +334,8 @@ def test_sgd_with_visible_keys_keeps_two_stages_but_prefers_the_word_itself(sgd_
 
 @pytest.mark.slow
 def test_sgd_stage_two_grows_at_the_predicted_rate(sgd_hidden):
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
-    G = theory.key_query_gradient(W_star, T, v, tau, N, num_docs=20_000, attend_to_masked=False, seed=3)
+    W_star = theory.optimal_value_matrix(SETTING.hidden())
+    G = theory.key_query_gradient(W_star, SETTING.hidden(), num_docs=20_000, seed=3)
     pred = dynamics.predicted_growth_rate(G, 10.0, D, topic_of_word=TOPIC)
     measured = sgd_hidden.values(lambda r: dynamics.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
     assert np.all(np.abs(measured / pred - 1) < 0.25), (measured, pred)           # measured within 8%
@@ -342,7 +344,7 @@ def test_sgd_stage_two_grows_at_the_predicted_rate(sgd_hidden):
 @pytest.mark.slow
 def test_adam_overlaps_the_stages_on_every_seed(adam_hidden):
     L_star = theory.population_loss(adam_hidden.results[0].W_star,
-                                    *theory.moments(T, v, tau, N, attend_to_masked=False))
+                                    *theory.moments(SETTING.hidden()))
     s = _summaries(adam_hidden)
     assert s.values("ratio").max() < 2, s.values("ratio")                         # measured <= 1.25
     assert s.values("A_growth_stage1").min() > 5, s.values("A_growth_stage1")     # measured >= 11

@@ -8,6 +8,7 @@ import torch
 
 from topicmech import stage1, theory
 from topicmech.data import SimplifiedTopicModel
+from topicmech.setting import Masking, Setting
 
 T, V_PER, TAU = 3, 2, 2
 V = T * V_PER
@@ -76,8 +77,8 @@ def test_train_value_matrix_rejects_non_topic_model():
 
 
 def test_block_errors_vanish_at_the_exact_optimum():
-    exact = theory.value_block_coefficients(T, V_PER, TAU, 16)
-    W = theory.optimal_value_matrix(T, V_PER, TAU, 16)
+    exact = theory.value_block_coefficients(Setting(T, V_PER, TAU, 16, attend_to_masked=True))
+    W = theory.optimal_value_matrix(Setting(T, V_PER, TAU, 16, attend_to_masked=True))
     assert np.abs(stage1.block_errors(W, exact, T, V_PER)).max() < 1e-10
     assert np.abs(stage1.block_errors(torch.tensor(W), exact, T, V_PER)).max() < 1e-10
     shifted = W.copy()
@@ -134,11 +135,11 @@ def test_default_phases_are_what_train_value_matrix_runs(small_model):
     phases = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3)
     run = stage1.train_value_matrix(small_model, doc_len=8, attend_to_masked=False, mask_prob=0.3)
     assert run.phases == phases
-    _, hi = theory.sigma_eigenvalues(T, V_PER, TAU, 8, 0.3, attend_to_masked=False)
-    assert phases[0][1] == pytest.approx(stage1.SAFE_FRACTION / hi)
+    _, hi = theory.sigma_eigenvalues(Setting(T, V_PER, TAU, 8, masking=Masking(0.3), attend_to_masked=False))
+    assert phases[0][1] == pytest.approx(theory.SAFE_FRACTION / hi)
     assert len(phases) == len(stage1.PHASE_DECAY) and min(n for n, _ in phases) >= stage1.MIN_PHASE_STEPS
     ridge = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
-    assert ridge[0][1] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
+    assert ridge[0][1] == pytest.approx(theory.SAFE_FRACTION / (hi + 0.01))
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,10 @@ import torch
 from topicmech import stage2
 from topicmech import theory as th
 from topicmech.data import SimplifiedTopicModel, bert_mask
+from topicmech.setting import Masking, Setting
 
 T, v, tau, N = 5, 4, 2, 20
+SETTING = Setting(T, v, tau, N, attend_to_masked=True)
 V, D = T * v, T * v + 1
 
 
@@ -29,7 +31,8 @@ def test_setting_presets_and_validation():
     # both presets aim at a similar predicted growth rate 2 lr lambda_inf / sqrt(D)
     rates = []
     for s in (q, f):
-        lim = th.key_query_gradient_limit(s.num_topics, s.words_per_topic, s.topics_per_doc, s.keep_prob)
+        lim = th.key_query_gradient_limit(Setting(s.num_topics, s.words_per_topic, s.topics_per_doc, s.doc_len,
+                                                  masking=Masking(keep_prob=s.keep_prob), attend_to_masked=False))
         rates.append(stage2.predicted_growth_rate(s.lr, s.vocab_size * lim["diff_topic"], s.num_tokens))
     assert 0.025 < min(rates) and max(rates) < 0.04, rates
     for bad in (dict(lr=0.0), dict(lr=float("nan")), dict(steps=0), dict(topics_per_doc=9), dict(doc_len=1),
@@ -91,21 +94,21 @@ def test_gradient_summary_on_synthetic_block_matrices():
 
 
 def test_hidden_key_gradient_identities():
-    lim = th.key_query_gradient_limit(T, v, tau)
-    g_inf = stage2.hidden_key_gradient(T, v, tau, math.inf, topic_eigenvalue=1.0)
+    lim = th.key_query_gradient_limit(SETTING.hidden())
+    g_inf = th.hidden_key_gradient(Setting(T, v, tau, math.inf, attend_to_masked=False), topic_eigenvalue=1.0)
     for k in ("same_word", "same_topic", "diff_topic"):
         assert g_inf[k] == pytest.approx(lim[k], rel=1e-12)
-    g = stage2.hidden_key_gradient(T, v, tau, N)
-    lam = th.value_block_coefficients(T, v, tau, N, attend_to_masked=False).topic_eigenvalue
-    assert g["factor"] == pytest.approx(lam * (1 - th.kappa(N, 0.15)), rel=1e-12)
+    g = th.hidden_key_gradient(SETTING.hidden())
+    lam = th.value_block_coefficients(SETTING.hidden()).topic_eigenvalue
+    assert g["factor"] == pytest.approx(lam * (1 - th.kappa(SETTING.hidden())), rel=1e-12)
     assert g["same_topic"] / g["diff_topic"] == pytest.approx(-(T - 1), rel=1e-12)
     assert g["mask_query"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, tau, N, keep_prob=0.0)["same_topic"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, 1, N)["diff_topic"] == 0.0
+    assert th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=0.0))["same_topic"] == 0.0
+    assert th.hidden_key_gradient(Setting(T, v, 1, N, attend_to_masked=False))["diff_topic"] == 0.0
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float("inf"))
+        th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float("inf"))
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, keep_prob=1.5)
+        th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=1.5))
 
 
 def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
@@ -113,9 +116,9 @@ def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
     topic = np.arange(V) // v
     W = np.zeros((D, D))
     W[:V, :V] = topic[:, None] == topic[None, :]
-    Gs = [th.key_query_gradient(W, T, v, tau, N, 8000, attend_to_masked=False, seed=s) for s in range(4)]
+    Gs = [th.key_query_gradient(W, SETTING.hidden(), 8000, seed=s) for s in range(4)]
     s = stage2.gradient_summary(Gs, T, v)
-    g = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    g = th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float(v))
     assert abs(s.same_topic - g["same_topic"]) < 5 * s.same_topic_se
     assert abs(s.diff_topic - g["diff_topic"]) < 5 * s.diff_topic_se
 

@@ -44,10 +44,12 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, runner, stage2, sweeps, theory
+from topicmech import dynamics, runner, sweeps, theory
+from topicmech.setting import Masking, Setting
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
+UNIFORM = tm.Setting(T, V_T, TAU, N, attend_to_masked=True)
 U_TRAIN = {"squared": dict(steps=250, anneal_steps=125), "cross_entropy": dict(steps=400, anneal_steps=200)}
 LR = {"sgd": 10.0, "adam": 1e-2}                   # the chapter's explicit learning rates
 
@@ -70,7 +72,7 @@ def test_effective_topics_values_and_limits():
     assert theory.lda_effective_topics(8, 1e-9) == pytest.approx(1.0, abs=1e-8)
     assert theory.lda_effective_topics(8, 1e9) == pytest.approx(8.0, rel=1e-8)
     for T_, tau in [(8, 2), (8, 5), (5, 3), (3, 2)]:
-        a = theory.lda_alpha_matching(T_, tau)
+        a = theory.lda_alpha_matching(Setting(T_, 4, tau, 32, attend_to_masked=False))
         assert theory.lda_effective_topics(T_, a) == pytest.approx(tau, rel=1e-12)
 
 
@@ -83,47 +85,47 @@ def test_effective_topics_matches_cooccurrence():
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "0.1", None])
 def test_effective_topics_rejects_bad_alpha(bad):
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="dirichlet_alpha"):
         theory.lda_effective_topics(8, bad)
 
 
 @pytest.mark.parametrize("T_, tau", [(8, 1), (8, 8), (8, 9), (1, 1)])
 def test_alpha_matching_rejects_out_of_range(T_, tau):
     with pytest.raises(ValueError, match="topics_per_doc"):
-        theory.lda_alpha_matching(T_, tau)
+        theory.lda_alpha_matching(Setting(T_, 4, tau, 32, attend_to_masked=False))
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("T_, v_, tau, N_", [(8, 4, 2, 32), (5, 3, 3, 10), (6, 2, 4, math.inf)])
 def test_lda_moments_equal_simplified_at_alpha_star(attend_to_masked, T_, v_, tau, N_):
-    a = theory.lda_alpha_matching(T_, tau)
-    S, C = theory.lda_moments(T_, v_, a, N_, attend_to_masked=attend_to_masked)
-    S0, C0 = theory.moments(T_, v_, tau, N_, attend_to_masked=attend_to_masked)
+    setting = Setting(T_, v_, tau, N_, attend_to_masked=attend_to_masked)
+    S, C = theory.lda_moments(setting, theory.lda_alpha_matching(setting))
+    S0, C0 = theory.moments(setting)
     assert np.abs(S - S0).max() < 1e-14 and np.abs(C - C0).max() < 1e-14
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("l2", [0.0, 1e-3])
 def test_lda_optimum_equals_simplified_at_alpha_star(attend_to_masked, l2):
-    a = theory.lda_alpha_matching(T, TAU)
-    W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=attend_to_masked, l2=l2)
-    W0 = theory.optimal_value_matrix(T, V_T, TAU, N, attend_to_masked=attend_to_masked, l2=l2)
+    setting = Setting(T, V_T, TAU, N, attend_to_masked=attend_to_masked)
+    W = theory.lda_optimal_value_matrix(setting, theory.lda_alpha_matching(setting), l2=l2)
+    W0 = theory.optimal_value_matrix(setting, l2=l2)
     assert np.abs(W - W0).max() < 1e-12
 
 
 def test_lda_optimum_long_document_limit_is_min_norm():
-    a = theory.lda_alpha_matching(6, 3)
-    W = theory.lda_optimal_value_matrix(6, 3, a, math.inf, attend_to_masked=True)
-    W0 = theory.optimal_value_matrix(6, 3, 3, math.inf, attend_to_masked=True)
+    setting = Setting(6, 3, 3, math.inf, attend_to_masked=True)
+    W = theory.lda_optimal_value_matrix(setting, theory.lda_alpha_matching(setting))
+    W0 = theory.optimal_value_matrix(setting)
     assert np.abs(W - W0).max() < 1e-9
 
 
 def test_lda_optimum_block_form_and_monotone_in_alpha():
     gaps = []
     for a in [0.02, 0.1, 0.5, 2.0, 10.0]:
-        W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=False)
+        W = theory.lda_optimal_value_matrix(UNIFORM.hidden(), a)
         assert theory.orbit_deviation(W, T, V_T) < 1e-12
-        b = theory.lda_value_blocks(T, V_T, a, N, attend_to_masked=False)
+        b = theory.lda_value_blocks(UNIFORM.hidden(), a)
         assert b.diag == pytest.approx(b.same_topic, abs=1e-12)          # hidden keys: no diagonal boost
         gaps.append(b.same_topic - b.diff_topic)
     assert np.all(np.diff(gaps) < 0)
@@ -137,7 +139,7 @@ def test_lda_optimum_matches_least_squares_on_lda_samples():
     inputs, selected = tm.bert_mask(docs, lda.vocab_size, seed=12)
     W_mc = theory.least_squares_value_matrix(inputs, selected, docs, lda.num_tokens, attend_to_masked=True)
     mc = theory.orbit_means(W_mc, T_, v_)
-    ex = theory.lda_value_blocks(T_, v_, a, N_, attend_to_masked=True)
+    ex = theory.lda_value_blocks(Setting(T_, v_, 1, N_, attend_to_masked=True), a)
     assert 1 < theory.lda_effective_topics(T_, a) < 2                    # really between integers
     assert (mc.same_topic - mc.diff_topic) == pytest.approx(ex.same_topic - ex.diff_topic, rel=0.03)
     assert (mc.diag - mc.same_topic) == pytest.approx(ex.diag - ex.same_topic, rel=0.15)
@@ -145,9 +147,9 @@ def test_lda_optimum_matches_least_squares_on_lda_samples():
 
 def test_lda_moments_rejects_single_topic_and_bad_l2():
     with pytest.raises(ValueError, match="num_topics"):
-        theory.lda_moments(1, 4, 0.5, 10)
+        theory.lda_moments(Setting(1, 4, 1, 10, attend_to_masked=True), 0.5)
     with pytest.raises(ValueError, match="l2"):
-        theory.lda_optimal_value_matrix(4, 2, 0.5, 10, l2=-1.0)
+        theory.lda_optimal_value_matrix(Setting(4, 2, 1, 10, attend_to_masked=True), 0.5, l2=-1.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def test_lda_moments_rejects_single_topic_and_bad_l2():
 
 def test_stage1_run_summary_and_reference():
     data = tm.SimplifiedTopicModel(4, 3, 2)
-    ref = theory.optimal_value_matrix(4, 3, 2, 12, attend_to_masked=False)
+    ref = theory.optimal_value_matrix(Setting(4, 3, 2, 12, attend_to_masked=False))
     out = sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=30, anneal_steps=10, reference=ref,
                             return_matrix=True)
     for k in ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess", "mask_col", "final_loss", "rel_error"):
@@ -179,10 +181,10 @@ def test_stage1_run_summary_and_reference():
 
 def test_stage1_point_branches():
     s = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=2, doc_len=10, steps=5)
-    ex = theory.value_block_coefficients(4, 2, 2, 10, attend_to_masked=False)
+    ex = theory.value_block_coefficients(Setting(4, 2, 2, 10, attend_to_masked=False))
     assert s["exact_topic_gap"] == pytest.approx(ex.same_topic - ex.diff_topic, abs=1e-12)
     lda = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, alpha=0.3, doc_len=10, steps=5)
-    exl = theory.lda_value_blocks(4, 2, 0.3, 10, attend_to_masked=False)
+    exl = theory.lda_value_blocks(Setting(4, 2, 2, 10, attend_to_masked=False), 0.3)
     assert lda["exact_topic_gap"] == pytest.approx(exl.same_topic - exl.diff_topic, abs=1e-12)
     with pytest.raises(ValueError, match="topics_per_doc"):
         sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=None, doc_len=10, steps=5)
@@ -253,11 +255,11 @@ def test_deep_run_shapes():
 def test_value_blocks_along_matches_theory():
     c = sweeps.value_blocks_along("doc_len", [8, 32], attend_to_masked=True)
     for i, n in enumerate([8, 32]):
-        b = theory.value_block_coefficients(8, 4, 2, n, attend_to_masked=True)
+        b = theory.value_block_coefficients(UNIFORM.replace(doc_len=n))
         assert c["diag"][i] == pytest.approx(b.diag) and c["diff_topic"][i] == pytest.approx(b.diff_topic)
-        assert c["diag_excess"][i] == pytest.approx(theory.diag_excess(n), rel=1e-10)
+        assert c["diag_excess"][i] == pytest.approx(theory.diag_excess(UNIFORM.replace(doc_len=n)), rel=1e-10)
     m = sweeps.value_blocks_along("mask_prob", [0.1, 0.4], attend_to_masked=False)
-    lam = [theory.topic_eigenvalue_hidden(8, 2, 32, p) for p in (0.1, 0.4)]
+    lam = [theory.topic_eigenvalue_hidden(UNIFORM.replace(mask_prob=p).hidden()) for p in (0.1, 0.4)]
     assert np.allclose(4 * m["topic_gap"], lam, rtol=1e-10)
     inf = sweeps.value_blocks_along("doc_len", [math.inf], attend_to_masked=False)
     assert inf["topic_gap"][0] == pytest.approx(0.25)                     # W* -> B / v
@@ -270,14 +272,15 @@ def test_value_blocks_along_matches_theory():
 
 
 def test_stage2_drive():
-    assert stage2.stage2_drive(8, 4, 1, 32) == 0.0
-    g = stage2.hidden_key_gradient(8, 4, 2, 32)
-    assert stage2.stage2_drive(8, 4, 2, 32) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
-    assert stage2.stage2_drive(8, 4, 2, 64) > stage2.stage2_drive(8, 4, 2, 16) > 0
+    assert theory.stage2_drive(tm.Setting(8, 4, 1, 32, attend_to_masked=False)) == 0.0
+    g = theory.hidden_key_gradient(tm.Setting(8, 4, 2, 32, attend_to_masked=False))
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 32, attend_to_masked=False)) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 64, attend_to_masked=False)) > theory.stage2_drive(tm.Setting(8, 4, 2, 16, attend_to_masked=False)) > 0
     for T_, v_, tau, N_, p_m in [(8, 4, 2, 32, 0.15), (5, 3, 3, 12, 0.3), (10, 10, 4, 64, 0.15)]:
-        formula = (theory.topic_eigenvalue_hidden(T_, tau, N_, p_m) * (1 - theory.kappa(N_, p_m))
+        hidden = Setting(T_, v_, tau, N_, masking=Masking(mask_prob=p_m), attend_to_masked=False)
+        formula = (theory.topic_eigenvalue_hidden(hidden) * (1 - theory.kappa(hidden))
                    * 2 * 0.1 * (tau - 1) / ((T_ - 1) * tau**2 * v_**2))
-        assert stage2.stage2_drive(T_, v_, tau, N_, p_m) == pytest.approx(formula, rel=1e-10)
+        assert theory.stage2_drive(tm.Setting(T_, v_, tau, N_, masking=tm.Masking(p_m), attend_to_masked=False)) == pytest.approx(formula, rel=1e-10)
     p = sweeps.stage2_drive_point(0, num_topics=4, words_per_topic=2, doc_len=12, num_docs=500)
     assert set(p) == {"mc_drive", "exact_drive"} and p["exact_drive"] > 0
 
@@ -289,7 +292,7 @@ def test_stage2_drive():
 
 @pytest.mark.slow
 def test_claim_lda_follows_exact_optimum():
-    alpha_star = theory.lda_alpha_matching(T, TAU)
+    alpha_star = theory.lda_alpha_matching(UNIFORM)
     rows = runner.tidy(runner.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
@@ -303,7 +306,7 @@ def test_claim_lda_follows_exact_optimum():
 
 @pytest.mark.slow
 def test_claim_lda_cross_entropy_differs():
-    alpha_star = theory.lda_alpha_matching(T, TAU)
+    alpha_star = theory.lda_alpha_matching(UNIFORM)
     ce = partial(STAGE1, loss="cross_entropy", optimizer="adam", l2=1e-3)
     g_lda = np.array([ce(s, alpha=alpha_star)["topic_gap"] for s in SEEDS])
     g_simple = np.array([ce(s, topics_per_doc=TAU)["topic_gap"] for s in SEEDS])
@@ -324,8 +327,8 @@ def test_claim_recipes():
             assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.03, r
         else:
             assert r["topic_gap"] > 1.0, r
-    e0 = theory.value_block_coefficients(T, V_T, TAU, N, attend_to_masked=False)
-    eL = theory.value_block_coefficients(T, V_T, TAU, N, attend_to_masked=False, l2=L2)
+    e0 = theory.value_block_coefficients(UNIFORM.hidden())
+    eL = theory.value_block_coefficients(UNIFORM.hidden(), l2=L2)
     ridge = (eL.same_topic - eL.diff_topic) / (e0.same_topic - e0.diff_topic)
     for opt in ("sgd", "adam"):
         assert abs(mean[("squared", opt, L2)] / mean[("squared", opt, 0.0)] / ridge - 1) < 0.02

@@ -7,7 +7,7 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
   :mod:`topicmech.losses`, :mod:`topicmech.train` (the loop, :func:`topicmech.train.train`),
   :mod:`topicmech.probes` (block means, attention by topic relation);
 - 3-5: :mod:`topicmech.theory` (exact theory), :mod:`topicmech.embeddings` (3),
-  :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` and :mod:`topicmech.tied_attention` (5);
+  :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` (5);
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
   assumptions); real text: :mod:`topicmech.corpus` (corpora, LDA topics), :mod:`topicmech.alignment`
   (WordPieces to words), :mod:`topicmech.word_pairs` (statistics by topic relation) and
@@ -35,7 +35,7 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "corpus", "alignment", "word_pairs", "pretrained", "dynamics", "sweeps", "stage1",
-                "stage2", "embeddings", "fast", "tied_attention", "reproduce", "runner", "stats"):
+                "stage2", "embeddings", "fast", "reproduce", "runner", "stats"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -20,7 +20,8 @@ from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
 from .losses import mlm_loss
 from .model import OneLayerTransformer
 from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
-from .stage1 import SAFE_FRACTION, sigma_range
+from .setting import Masking, Setting
+from .stage1 import sigma_range
 from .train import History
 from .train import train as _train
 from .utils import as_float64, check_positive_int
@@ -334,7 +335,7 @@ def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.T
     counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
     if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
         raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
-    return -((m.diag - m.same_topic) + int(counts[0]) * (m.same_topic - m.diff_topic))
+    return -theory.topic_eigenvalue(m.diag, m.same_topic, m.diff_topic, int(counts[0]))
 
 
 def predicted_growth_rate(
@@ -395,8 +396,8 @@ def train_joint(
     initialisation, with :func:`standard_probes` read every ``probe_every`` steps on a clean
     :func:`heldout_batch` of ``num_heldout`` documents.
 
-    Default ``lr``: Adam 1e-2; SGD ``0.5 / lambda_max`` (squared) or ``2 / lambda_max``
-    (cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
+    Default ``lr``: Adam 1e-2; SGD :func:`topicmech.theory.stage1_sgd_lr` (``0.5 / lambda_max``
+    squared, ``2 / lambda_max`` cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
     (:func:`topicmech.stage1.sigma_range`; simplified or LDA data only). Default ``W_star``:
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
@@ -408,11 +409,11 @@ def train_joint(
         lr = 1e-2
     elif lr is None:
         lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, needs="lr", **masking)[1]
-        lr = SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+        lr = theory.stage1_sgd_lr(lam_max, loss=loss)
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
-        W_star = theory.optimal_value_matrix(topic_model.num_topics, topic_model.words_per_topic,
-                                             topic_model.topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                                             attend_to_masked=attend_to_masked)
+        W_star = theory.optimal_value_matrix(Setting(topic_model.num_topics, topic_model.words_per_topic,
+                                                     topic_model.topics_per_doc, doc_len,
+                                                     masking=Masking(**masking), attend_to_masked=attend_to_masked))
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))

@@ -19,12 +19,13 @@ import torch
 
 from .data import TopicModel, check_topic_model
 from .model import OneLayerTransformer
-from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
+from .setting import Masking, Setting
+from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues, stage1_sgd_lr
 from .train import check_phases, train
 from .utils import as_float64, check_float, check_masking, check_positive_int
 
 __all__ = [
-    "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
+    "SQUARED_PHASES", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
     "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
@@ -40,8 +41,6 @@ SQUARED_PHASES: tuple[tuple[int, float], ...] = ((500, 30.0), (400, 10.0), (300,
 CROSS_ENTROPY_PHASES: tuple[tuple[int, float], ...] = ((300, 100.0),)
 #: Documents per SGD step, by loss.
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
-#: First learning rate of :func:`default_phases` as a fraction of ``1 / lambda_max`` (squared loss).
-SAFE_FRACTION: float = 0.5
 #: Learning rate of each phase of :func:`default_phases`, relative to the first.
 PHASE_DECAY: tuple[float, ...] = (1.0, 1.0 / 3.0, 1.0 / 10.0)
 #: Share of the steps spent in each phase of :func:`default_phases`.
@@ -71,13 +70,13 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     """
     from .data import LDATopicModel, SimplifiedTopicModel
 
-    masking = (mask_prob, keep_prob, random_prob)
+    masking = Masking(mask_prob, keep_prob, random_prob)
     if isinstance(topic_model, SimplifiedTopicModel):
-        return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
-                                 doc_len, *masking, attend_to_masked=attend_to_masked)
+        return sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
+                                         doc_len, masking=masking, attend_to_masked=attend_to_masked))
     if isinstance(topic_model, LDATopicModel):
-        return lda_sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
-                                     *masking, attend_to_masked=attend_to_masked)
+        return lda_sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, 1, doc_len,
+                                             masking=masking, attend_to_masked=attend_to_masked), topic_model.alpha)
     raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
                      f"from the setting; pass {needs} explicitly")
 
@@ -95,7 +94,7 @@ def default_phases(
     """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
     With ``lambda_min, lambda_max`` from :func:`sigma_range` (plus ``l2``), the phases run at
-    ``lr_1 = SAFE_FRACTION / lambda_max`` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
+    ``lr_1`` of :func:`topicmech.theory.stage1_sgd_lr` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
     of ``n`` steps (each at least :data:`MIN_PHASE_STEPS`), ``n`` the smallest with
     ``sum_i 2 lr_i lambda_min n_i >= log(1 / tol)``: SGD contracts the error along an
     eigenvector of ``Sigma`` at rate ``2 lr sigma``, and the slowest direction must shrink
@@ -129,15 +128,15 @@ def default_phases(
     l2 = check_float("l2", l2, positive=False)
     lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
                                    keep_prob=keep_prob, random_prob=random_prob)
+    lr1, lr1_ce = (stage1_sgd_lr(lam_max, loss=kind, l2=l2) for kind in ("squared", "cross_entropy"))
     lam_min, lam_max = lam_min + l2, lam_max + l2
-    lr1 = SAFE_FRACTION / lam_max
     per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
     total = math.ceil(math.log(1.0 / float(tol)) / per_step)
     if total > MAX_DEFAULT_STEPS:
         raise ValueError(f"the default phases would need {total} steps (condition number of Sigma "
                          f"{lam_max / lam_min:.0f}); pass phases explicitly, or raise l2 or tol")
-    if loss == "cross_entropy":  # Hessian <= (lambda_max / 2 + 2 l2) = 2 (lambda_max + 4 l2) / 4
-        lr1 = 4.0 * SAFE_FRACTION / (lam_max + 3.0 * l2)
+    if loss == "cross_entropy":
+        lr1 = lr1_ce
     return tuple((max(MIN_PHASE_STEPS, math.ceil(total * w)), lr1 * d)
                  for d, w in zip(PHASE_DECAY, PHASE_SHARE))
 

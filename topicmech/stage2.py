@@ -1,7 +1,8 @@
 """Stage 2: ``W^V`` frozen at its stage-1 form, ``W^K`` and ``W^Q`` trained (chapter 5 and its appendix).
 
 :class:`Stage2Setting` holds the chapter's settings, :func:`run_stage2` trains, :func:`gradient_summary`
-and :func:`hidden_key_gradient` give the Monte-Carlo and exact ``G = dL/dA``,
+summarises Monte-Carlo estimates of ``G = dL/dA`` (its exact value is
+:func:`topicmech.theory.hidden_key_gradient`),
 :func:`predicted_growth_rate` and :func:`fitted_growth_rate` the initial exponential growth of
 ``A = W_K^T W_Q / sqrt(d)``. ``A[key_token, query_token]``; ``G`` has the same orientation.
 """
@@ -18,13 +19,14 @@ import torch
 from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
-from .probes import topic_contrasts
+from .probes import relation_masks, topic_contrasts
+from .setting import Masking, Setting
 from .train import History, train
 from .utils import check_masking, check_positive_int
 
 __all__ = [
-    "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_drive", "stage2_model", "run_stage2", "GradientSummary",
-    "gradient_summary", "hidden_key_gradient", "predicted_growth_rate", "fitted_growth_rate", "MaskQueryAttention",
+    "Stage2Setting", "stage2_model", "run_stage2", "GradientSummary",
+    "gradient_summary", "predicted_growth_rate", "fitted_growth_rate", "MaskQueryAttention",
     "mask_query_attention",
 ]
 
@@ -44,7 +46,7 @@ class Stage2Setting:
     Attributes
     ----------
     lr : float, optional
-        Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`default_stage2_lr`,
+        Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`topicmech.theory.default_stage2_lr`,
         stored, so pass ``lr=None`` to ``dataclasses.replace`` with new data parameters.
     steps, batch_size, probe_every : int
         SGD steps, fresh documents per step, steps between recordings of the contrasts of ``A``.
@@ -75,8 +77,10 @@ class Stage2Setting:
         _check_float("init_scale", self.init_scale)
         check_masking(self.mask_prob, self.keep_prob, self.random_prob)
         if self.lr is None:
-            lr = default_stage2_lr(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                   self.mask_prob, self.keep_prob)
+            lr = theory.default_stage2_lr(Setting(self.num_topics, self.words_per_topic, self.topics_per_doc,
+                                                  self.doc_len, masking=Masking(self.mask_prob, self.keep_prob,
+                                                                                self.random_prob),
+                                                  attend_to_masked=False))
             object.__setattr__(self, "lr", lr)  # frozen dataclass: set the derived default once
         _check_float("lr", self.lr)
 
@@ -107,32 +111,10 @@ class Stage2Setting:
 
     def stage1_value_matrix(self, attend_to_masked: bool) -> np.ndarray:
         """The stage-1 optimum ``W*`` (:func:`topicmech.theory.optimal_value_matrix`), shape ``(D, D)``."""
-        return theory.optimal_value_matrix(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                           self.mask_prob, self.keep_prob, self.random_prob,
-                                           attend_to_masked=attend_to_masked)
-
-
-#: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`
-#: aims at (600 steps cover about 18 e-folds: from 0.1 to saturation, with room to spare).
-TARGET_GROWTH_RATE: float = 0.03
-
-
-def default_stage2_lr(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                      mask_prob: float = 0.15, keep_prob: float = 0.1, target_rate: float = TARGET_GROWTH_RATE) -> float:
-    """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
-
-    Inverts :func:`predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
-    ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
-    shrinks quickly with the vocabulary. Raises ValueError where it is not positive
-    (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
-    """
-    rate = _check_float("target_rate", target_rate)
-    lam = stage2_drive(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    if not lam > 1e-12:
-        raise ValueError(f"no stage-2 drive at topics_per_doc={topics_per_doc!r}, keep_prob={keep_prob!r} "
-                         f"(lambda_G = {lam:.3g}), so no learning rate can be derived; set lr explicitly")
-    D = num_topics * words_per_topic + 1
-    return rate * math.sqrt(D) / (2.0 * lam)
+        return theory.optimal_value_matrix(Setting(self.num_topics, self.words_per_topic, self.topics_per_doc,
+                                                   self.doc_len, masking=Masking(self.mask_prob, self.keep_prob,
+                                                                                 self.random_prob),
+                                                   attend_to_masked=attend_to_masked))
 
 
 def stage2_model(value_matrix: np.ndarray | torch.Tensor, *, attend_to_masked: bool, init_scale: float = 0.1,
@@ -226,7 +208,7 @@ class GradientSummary:
     def topic_eigenvalue(self) -> float:
         """Eigenvalue ``-[(same_word - same_topic) + v (same_topic - diff_topic)]`` of ``-G`` on topic contrasts."""
         v = self.words_per_topic
-        return -((self.same_word - self.same_topic) + v * (self.same_topic - self.diff_topic))
+        return -theory.topic_eigenvalue(self.same_word, self.same_topic, self.diff_topic, v)
 
     def topic_contrast_z(self) -> float:
         """``(same_topic - diff_topic)`` in units of its standard error (negative: descent raises same-topic scores)."""
@@ -247,7 +229,7 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
     S = Gs.shape[0]
     if S < 2 or Gs.shape[1:] != (D, D):
         raise ValueError(f"gradients must hold at least 2 estimates of shape {(D, D)}, got {Gs.shape}")
-    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in theory._orbit_masks(T, v)], 1)  # (S, 3) orbit means
+    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in relation_masks(np.arange(V) // v)], 1)  # (S, 3) orbit means
     mean = orbits.mean(0)
     se = orbits.std(0, ddof=1) / math.sqrt(S)
     ratios = orbits[:, 1] / orbits[:, 2]                               # (S,)
@@ -263,44 +245,6 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
         mask_key=float(Gs[:, V, :V].mean()), mask_query_mean=float(col.mean()), mask_query_max_z=max_z,
         max_column_sum=float(np.abs(Gs.sum(1)).max()), words_per_topic=v, num_estimates=S,
     )
-
-
-def hidden_key_gradient(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                        mask_prob: float = 0.15, keep_prob: float = 0.1,
-                        topic_eigenvalue: float | None = None) -> dict[str, float]:
-    """Exact ``E[dL/dA]`` at uniform attention, hidden keys, finite ``N`` (our derivation, appendix).
-
-    For a value matrix with word block in span{B, J} and topic eigenvalue ``lambda``, the
-    word-query entries are ``G = lambda (1 - kappa) G_inf`` with ``kappa = E[1/K | K >= 1]``
-    and ``G_inf`` from :func:`topicmech.theory.key_query_gradient_limit`.
-
-    ``topic_eigenvalue`` defaults to that of the stage-1 optimum with hidden keys (for ``c B``
-    it is ``c v``). Returns ``"same_word"``, ``"same_topic"``, ``"diff_topic"``, ``"mask_query"``
-    (0), ``"ratio"`` (``-(T - 1)``) and ``"factor"`` (``lambda (1 - kappa)``).
-    """
-    p_m, p_c, _ = check_masking(mask_prob, keep_prob, 0.0)
-    if topic_eigenvalue is None:
-        lam = theory.value_block_coefficients(num_topics, words_per_topic, topics_per_doc, doc_len, p_m, p_c, 0.0,
-                                              attend_to_masked=False).topic_eigenvalue
-    else:
-        lam = _check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
-    limit = theory.key_query_gradient_limit(num_topics, words_per_topic, topics_per_doc, keep_prob=p_c)
-    factor = lam * (1.0 - theory.kappa(doc_len, p_m))
-    return {**{k: factor * limit[k] for k in ("same_word", "same_topic", "diff_topic")},
-            "mask_query": 0.0, "ratio": limit["ratio"], "factor": factor}
-
-
-def stage2_drive(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                 mask_prob: float = 0.15, keep_prob: float = 0.1) -> float:
-    """Exact initial stage-2 drive ``lambda_G`` on the topic contrasts (hidden keys).
-
-    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` from the entries of ``G = dL/dA`` at uniform
-    attention and the stage-1 optimum (:func:`hidden_key_gradient`); the
-    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``. 0 when
-    ``topics_per_doc == 1``.
-    """
-    g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    return float(-((g["same_word"] - g["same_topic"]) + words_per_topic * (g["same_topic"] - g["diff_topic"]))) + 0.0
 
 
 def predicted_growth_rate(lr: float, topic_eigenvalue: float, d_model: int) -> float:

@@ -20,7 +20,7 @@ from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_m
 from .dynamics import heldout_batch
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import block_means, relation_reader
-from .stage2 import stage2_drive
+from .setting import Masking, Setting
 from .train import train
 from .utils import as_float64, check_choice, check_float, check_positive_int
 
@@ -116,7 +116,7 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
                                               needs="lr and steps")
         curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
         if lr is None:
-            lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
+            lr = theory.SAFE_FRACTION * curv / (lam_max + curv * l2)  # not stage1_sgd_lr: other rounding
         if steps is None:
             steps = max(200, math.ceil(math.log(100.0) * curv / (2.0 * float(lr) * (lam_min + curv * l2))))
     steps = check_positive_int("steps", steps)
@@ -154,15 +154,18 @@ def stage1_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, to
     Returns its summary (with ``"rel_error"``) and ``"exact_diag"``, ``"exact_same_topic"``,
     ``"exact_diff_topic"``, ``"exact_topic_gap"``, ``"exact_diag_excess"``.
     """
-    args = (doc_len, mask_prob, keep_prob, random_prob, attend_to_masked)
+    masking = Masking(mask_prob, keep_prob, random_prob)
     if alpha is not None:
         data: TopicModel = LDATopicModel(num_topics, words_per_topic, alpha)
-        ref = theory.lda_optimal_value_matrix(num_topics, words_per_topic, alpha, *args, l2=l2)
+        setting = Setting(num_topics, words_per_topic, 1, doc_len, masking=masking, attend_to_masked=attend_to_masked)
+        ref = theory.lda_optimal_value_matrix(setting, alpha, l2=l2)
     elif topics_per_doc is None:
         raise ValueError("give topics_per_doc (simplified model) or alpha (LDA)")
     else:
         data = SimplifiedTopicModel(num_topics, words_per_topic, topics_per_doc)
-        ref = theory.optimal_value_matrix(num_topics, words_per_topic, topics_per_doc, *args, l2=l2)
+        setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, masking=masking,
+                          attend_to_masked=attend_to_masked)
+        ref = theory.optimal_value_matrix(setting, l2=l2)
     out = stage1_run(seed, topic_model=data, doc_len=doc_len, mask_prob=mask_prob, keep_prob=keep_prob,
                      random_prob=random_prob, attend_to_masked=attend_to_masked, l2=l2, reference=ref, **train_kwargs)
     exact = _summarise_value(ref, data.topic_of_word)
@@ -261,7 +264,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
             lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
                                          mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
                                          needs="lr")[1]
-            lr = stage1.SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+            lr = theory.stage1_sgd_lr(lam_max, loss=loss)
         else:
             raise ValueError(
                 f"no default SGD learning rate with learned embeddings (handicap={handicap!r}): the tied loss "
@@ -337,15 +340,15 @@ def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int =
     xs = np.asarray(list(values), dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got {values!r}")
-    point = dict(zip(SWEEP_PARAMETERS, (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob,
-                                        random_prob)))
+    base = Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
+                   masking=Masking(mask_prob, keep_prob, random_prob), attend_to_masked=attend_to_masked)
     out = {k: np.empty(xs.size) for k in (*_SUMMARY_KEYS, "topic_eigenvalue")}
     for i, x in enumerate(xs):
         if param in SWEEP_PARAMETERS[:4] and not (math.isinf(x) and param == "doc_len"):
             if x != round(x):
                 raise ValueError(f"values of {param} must be integers, got {x!r}")
             x = int(round(x))
-        b = theory.value_block_coefficients(**{**point, param: x}, attend_to_masked=attend_to_masked, l2=l2)
+        b = theory.value_block_coefficients(base.replace(**{param: x}), l2=l2)
         for k, val in zip(out, (b.diag, b.same_topic, b.diff_topic, b.same_topic - b.diff_topic,
                                 b.diag - b.same_topic, b.topic_eigenvalue)):
             out[k][i] = val
@@ -360,15 +363,15 @@ def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int =
 
     Default ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
     error of one estimate at about 2.5% along every axis (short documents carry less signal each).
-    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`topicmech.runner.sweep_axes`.
+    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`topicmech.theory.stage2_drive`), for :func:`topicmech.runner.sweep_axes`.
     """
     from .dynamics import topic_growth_eigenvalue
 
     num_docs = max(1, 128_000 // check_positive_int("doc_len", doc_len)) if num_docs is None else num_docs
 
-    setting = (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    W = theory.optimal_value_matrix(*setting, random_prob, attend_to_masked=False)
-    G = theory.key_query_gradient(W, *setting[:4], num_docs, mask_prob, keep_prob, random_prob,
-                                  attend_to_masked=False, seed=seed)                  # (D, D)
+    hidden = Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
+                     masking=Masking(mask_prob, keep_prob, random_prob), attend_to_masked=False)
+    W = theory.optimal_value_matrix(hidden)
+    G = theory.key_query_gradient(W, hidden, num_docs, seed=seed)                  # (D, D)
     topic = np.arange(num_topics * words_per_topic) // words_per_topic
-    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting)}
+    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": theory.stage2_drive(hidden)}
