@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import dynamics, theory
-from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from topicmech import Masking, Setting, dynamics, probes, theory
+from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, heldout_batch
 from topicmech.model import OneLayerTransformer
 from topicmech.train import History, mlm_loss
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
 TM = SimplifiedTopicModel(T, v, tau)
+HIDDEN = Setting(T, v, tau, N, attend_to_masked=False)
 D = TM.num_tokens
 TOPIC = TM.topic_of_word
 
@@ -78,26 +79,26 @@ def test_value_gap_rejects_bad_input():
 
 
 def test_heldout_batch_is_fixed_and_clean_by_default():
-    a, sel = dynamics.heldout_batch(TM, 8, N)
-    b, _ = dynamics.heldout_batch(TM, 8, N)
+    a, sel = heldout_batch(TM, 8, N)
+    b, _ = heldout_batch(TM, 8, N)
     assert sel is None and a.shape == (8, N) and torch.equal(a, b)
     assert int(a.max()) < TM.vocab_size                          # no [MASK] in clean documents
-    c, sel_c = dynamics.heldout_batch(TM, 8, N, corrupt=True)
+    c, sel_c = heldout_batch(TM, 8, N, masking=Masking())
     assert sel_c is not None and sel_c.shape == (8, N) and sel_c.dtype == torch.bool
     with pytest.raises(ValueError, match="topic_model"):
-        dynamics.heldout_batch("not a model", 8, N)
+        heldout_batch("not a model", 8, N)
 
 
 def test_uniform_attention_reads_one_in_every_relation():
     model = OneLayerTransformer(D, attention="uniform")
-    inputs, _ = dynamics.heldout_batch(TM, 32, N)
+    inputs, _ = heldout_batch(TM, 32, N)
     stats = dynamics.attention_stats(model, inputs, TOPIC)
     np.testing.assert_allclose(np.asarray(stats), 1.0, rtol=1e-5)
 
 
 def test_standard_probes_record_during_training_and_agree():
     W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
-    probes = dynamics.standard_probes(TM, W_star, dynamics.heldout_batch(TM, 16, N))
+    probes = dynamics.standard_probes(TM, W_star, heldout_batch(TM, 16, N))
     assert set(probes) == {"value_gap", "value_topic_gap", "kq_norm", "kq_same_word", "kq_same_topic",
                            "attention", "attn_contrast"}
     model = _model(eps=0.1)
@@ -106,11 +107,11 @@ def test_standard_probes_record_during_training_and_agree():
     assert att.shape == (4, 4)                                   # steps 0, 10, 20, 30
     # the cached attention pass agrees with the contrast probe, and with a fresh computation
     np.testing.assert_allclose(hist.probe("attn_contrast"), att[:, 2] - att[:, 3], rtol=1e-12)
-    inputs, _ = dynamics.heldout_batch(TM, 16, N)
+    inputs, _ = heldout_batch(TM, 16, N)
     fresh = np.asarray(dynamics.attention_stats(model, inputs, TOPIC))
     np.testing.assert_allclose(att[-1], fresh, rtol=1e-6)
     assert hist.probe("value_gap")[-1] < hist.probe("value_gap")[0]
-    assert "value_gap" not in dynamics.standard_probes(TM, None, dynamics.heldout_batch(TM, 4, N))
+    assert "value_gap" not in dynamics.standard_probes(TM, None, heldout_batch(TM, 4, N))
     with pytest.raises(ValueError, match="heldout"):
         dynamics.standard_probes(TM, None, "batch")
 
@@ -148,8 +149,8 @@ def test_gradient_norms_reject_bad_input():
 def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
     """Chapter 6 claim: ||dL/dW^V|| = O(1), ||dL/dW^K||, ||dL/dW^Q|| = O(eps^2) (slope 2 +- 0.2)."""
     for seed in range(5):
-        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], TM, N, num_docs=500,
-                                       attend_to_masked=attend_to_masked, seed=seed, model_seed=seed)
+        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], HIDDEN.replace(attend_to_masked=attend_to_masked),
+                                       num_docs=500, seed=seed, model_seed=seed)
         assert abs(gs.slopes["W_V"]) < 0.2, gs.slopes
         assert abs(gs.slopes["W_K"] - 2) < 0.2 and abs(gs.slopes["W_Q"] - 2) < 0.2, gs.slopes
         assert len(gs.rows()) == 5 and len(gs.rows()[0]) == 4
@@ -157,9 +158,9 @@ def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
 
 def test_gradient_scaling_rejects_bad_scales():
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1], TM, N)
+        dynamics.gradient_scaling([0.1], HIDDEN)
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1, -1.0], TM, N)
+        dynamics.gradient_scaling([0.1, -1.0], HIDDEN)
 
 
 def test_loglog_slope_recovers_a_power_law():
@@ -231,7 +232,7 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
     same = (TOPIC[:, None] == TOPIC[None, :]).numpy()
     G = np.where(same, gs, gt) + (gd - gs) * np.eye(TM.vocab_size)
     lam = -((gd - gs) + v * (gs - gt))
-    assert dynamics.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
+    assert probes.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
     # the eigenvalue really is the action of -G on a topic contrast
     x = np.where(TOPIC.numpy() == 0, 1.0, 0.0) - np.where(TOPIC.numpy() == 1, 1.0, 0.0)
     np.testing.assert_allclose(-G @ x, lam * x)
@@ -247,7 +248,7 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
 
 
 def test_train_joint_short_run_and_plots():
-    run = dynamics.train_joint(TM, N, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
+    run = dynamics.train_joint(HIDDEN, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
                                num_heldout=16)
     assert run.W_star.shape == (D, D) and run.times is not None
     assert list(run.steps) == [0, 10, 20, 30, 40, 50, 60]
@@ -271,7 +272,7 @@ def test_train_joint_short_run_and_plots():
 
 def test_train_joint_without_closed_form():
     lda = LDATopicModel(5, 4, alpha=0.5)
-    run = dynamics.train_joint(lda, N, steps=10, batch_size=8, probe_every=5, num_heldout=8)
+    run = dynamics.train_joint(HIDDEN, topic_model=lda, steps=10, batch_size=8, probe_every=5, num_heldout=8)
     assert run.W_star is None and run.times is None and "value_gap" not in run.history.probes
     with pytest.raises(ValueError, match="stage times"):
         dynamics.run_summary(run)
@@ -361,8 +362,8 @@ COMMON = dict(init_scale=0.1, batch_size=128, probe_every=20)
 
 def _joint(steps: int, optimizer: str, lr: float, attend_to_masked: bool):
     return dynamics.run_seeds(
-        lambda seed: dynamics.train_joint(TM, N, steps=steps, optimizer=optimizer, lr=lr, seed=seed,
-                                          attend_to_masked=attend_to_masked, **COMMON), SEEDS)
+        lambda seed: dynamics.train_joint(HIDDEN.replace(attend_to_masked=attend_to_masked), steps=steps,
+                                          optimizer=optimizer, lr=lr, seed=seed, **COMMON), SEEDS)
 
 
 @pytest.fixture(scope="module")

@@ -74,27 +74,27 @@ def test_normalized_gram_has_unit_mean_word_norm():
 
 
 def test_embedding_model_trains_only_the_embedding():
-    m = te.embedding_model(D, 3, head="tied", seed=0)
+    m = te.embedding_model(D, 3, head="tied", seed=0, attend_to_masked=True)
     assert [n for n, p in m.named_parameters() if p.requires_grad] == ["W_E"]
     assert m.W_E.shape == (3, D) and m.attention == "uniform" and m.value == "identity"
-    m_id = te.embedding_model(D, head="identity")
+    m_id = te.embedding_model(D, head="identity", attend_to_masked=True)
     assert m_id.W_E.shape == (D, D) and m_id.head == "identity"
     assert float(m_id.W_E.detach().std()) < float(m.W_E.detach().std())  # smaller default start for the identity head
     with pytest.raises(ValueError, match="head"):
-        te.embedding_model(D, 3, head="learned")
+        te.embedding_model(D, 3, head="learned", attend_to_masked=True)
     with pytest.raises(ValueError, match="d_model"):
-        te.embedding_model(D, 3, head="identity")
+        te.embedding_model(D, 3, head="identity", attend_to_masked=True)
 
 
 def test_train_in_phases_concatenates_and_validates():
     data = tm.SimplifiedTopicModel(T, V_PER, TAU)
-    m = te.embedding_model(D, 5, seed=0)
+    m = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
     h = te.train_in_phases(m, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0,
                            probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2)
     assert h.step == list(range(1, 9)) and len(h.loss) == 8
     assert h.probe_step[0] == 0 and h.probe_step[-1] == 8 and len(h.probe("norm")) == len(h.probe_step)
     # same seed, same result
-    m2 = te.embedding_model(D, 5, seed=0)
+    m2 = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
     te.train_in_phases(m2, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0)
     assert torch.equal(m.W_E, m2.W_E)
     for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)], [(5, "0.01")], [(5, True)]):

@@ -83,7 +83,7 @@ def test_optimum_beats_random_perturbations_and_bias_is_optimal():
 
 
 def test_bias_model_api_and_validation():
-    m = te.embedding_model(13, 4, head="tied", bias=True, seed=0)
+    m = te.embedding_model(13, 4, head="tied", bias=True, seed=0, attend_to_masked=True)
     assert {n for n, p in m.named_parameters() if p.requires_grad} == {"W_E", "b_pred"}
     assert tm.fast.fast_path(m) == "uniform"                     # trains on the fast path
     x = torch.randint(0, 13, (3, 6))
@@ -92,9 +92,9 @@ def test_bias_model_api_and_validation():
         m.b_pred.fill_(0.5)
         assert torch.allclose(m(x), base + 0.5)
         assert torch.allclose(m.run_with_cache(x)["logits"], base + 0.5)
-    assert te.embedding_model(13, 4, seed=0).b_pred is None
+    assert te.embedding_model(13, 4, seed=0, attend_to_masked=True).b_pred is None
     with pytest.raises(ValueError, match="bias"):
-        te.embedding_model(13, 4, bias=1)
+        te.embedding_model(13, 4, bias=1, attend_to_masked=True)
     with pytest.raises(ValueError, match="attend_to_masked"):
         te.tied_bias_optimum(4, 3, 2, 10, attend_to_masked=1)
     with pytest.raises(ValueError, match="words_per_topic"):

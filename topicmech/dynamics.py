@@ -17,18 +17,34 @@ import torch
 from torch import nn
 
 from . import theory
-from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
+from .data import (
+    HELDOUT_SEED,
+    SimplifiedTopicModel,
+    TopicModel,
+    bert_mask,
+    check_topic_model,
+    heldout_batch,
+    topic_model_for,
+)
 from .model import OneLayerTransformer
-from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
+from .probes import (
+    AttentionByRelation,
+    attention_by_relation,
+    block_means,
+    relation_reader,
+    topic_contrasts,
+    topic_growth_eigenvalue,
+)
+from .setting import Setting
 from .stage1 import SAFE_FRACTION, sigma_range
 from .train import History, mlm_loss
 from .train import train as _train
 from .utils import as_float64, check_positive_int, check_seeds, map_seeded
 
 __all__ = [
-    "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
+    "ATTENTION_FIELDS", "value_gap", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
-    "stage_times", "growth_rate", "topic_growth_eigenvalue", "predicted_growth_rate", "JointRun", "train_joint",
+    "stage_times", "growth_rate", "predicted_growth_rate", "JointRun", "train_joint",
     "run_summary", "plot_tracked", "plot_attention", "Sweep", "run_seeds", "run_grid",
 ]
 
@@ -65,23 +81,6 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mas
     if not norm > 0:
         raise ValueError("W_star must not be the zero matrix")
     return float((W - Ws).norm()) / norm
-
-
-def heldout_batch(
-    topic_model: TopicModel, num_docs: int, doc_len: int, *, seed: int = 12345, corrupt: bool = False,
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
-
-    ``corrupt=False`` (default, as the authors' inspection script) gives clean documents and
-    ``selected=None``; ``corrupt=True`` applies :func:`topicmech.data.bert_mask` with
-    ``mask_prob``, ``keep_prob``, ``random_prob``. The default ``seed`` is shared by every run.
-    """
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
-    if not corrupt:
-        return docs, None
-    return bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
 
 
 def attention_stats(
@@ -176,27 +175,27 @@ class GradientScaling:
 
 
 def gradient_scaling(
-    init_scales: Sequence[float], topic_model: TopicModel, doc_len: int, *, num_docs: int = 2000,
-    attend_to_masked: bool = False, loss: _Loss = "squared",
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, model_seed: int = 0,
+    init_scales: Sequence[float], setting: Setting, *, topic_model: TopicModel | None = None, num_docs: int = 2000,
+    loss: _Loss = "squared", seed: int = 0, model_seed: int = 0,
 ) -> GradientScaling:
     """``||dL/dW^V||``, ``||dL/dW^K||``, ``||dL/dW^Q||`` at initialisation, for several ``eps``.
 
     Each of the (at least two, positive) ``init_scales`` initialises a learned model with
-    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one corrupted batch
-    of ``num_docs`` documents (``seed``). At small ``eps`` the slopes are near 0 for ``W_V``
+    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one batch of
+    ``num_docs`` documents (``seed``) corrupted as in ``setting``, whose convention the model uses;
+    the data is ``topic_model`` if given, else the setting's (:func:`topicmech.data.topic_model_for`). At small ``eps`` the slopes are near 0 for ``W_V``
     and near 2 for ``W_K`` and ``W_Q``.
     """
     scales = np.asarray(list(init_scales), dtype=float)
     if scales.ndim != 1 or scales.size < 2 or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
         raise ValueError(f"init_scales must hold at least two positive floats, got {init_scales!r}")
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                          # (n, N)
-    inputs, selected = bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
+    topic_model = topic_model_for(setting, topic_model)
+    docs = topic_model.sample(num_docs, setting.doc_len, seed)                  # (n, N)
+    inputs, selected = bert_mask(docs, topic_model.vocab_size, **setting.masking.as_dict(), seed=seed + 1)
     rows = []
     for eps in scales:
         model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
-                                    init_scale=float(eps), attend_to_masked=attend_to_masked, seed=model_seed)
+                                    init_scale=float(eps), attend_to_masked=setting.attend_to_masked, seed=model_seed)
         rows.append(gradient_norms(model, inputs, selected, docs, loss=loss))
     norms = {k: np.array([r[k] for r in rows]) for k in ("W_V", "W_K", "W_Q")}
     return GradientScaling(scales, norms, {k: loglog_slope(scales, v) for k, v in norms.items()})
@@ -323,28 +322,13 @@ def growth_rate(steps: _Trace, values: _Trace, low: float, high: float) -> float
     return float(np.polyfit(s[i0:i1].astype(float), np.log(v[i0:i1]), 1)[0])
 
 
-def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.Tensor | np.ndarray) -> float:
-    """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G = dL/dA`` over the symmetry orbits.
-
-    With the orbit means ``G_diag``, ``G_same``, ``G_diff`` (:func:`topicmech.probes.block_means`
-    of ``G[key, query]``), ``G`` acts on vectors constant within topics and summing to zero as
-    ``(G_diag - G_same) + v (G_same - G_diff)``; the result is minus that, positive when gradient
-    descent raises same-topic scores. Averaging first removes most Monte-Carlo noise.
-    """
-    m = block_means(G, topic_of_word)
-    counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
-    if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
-        raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
-    return -((m.diag - m.same_topic) + int(counts[0]) * (m.same_topic - m.diff_topic))
-
-
 def predicted_growth_rate(
     G: np.ndarray | torch.Tensor, lr: float, d_model: int, topic_of_word: torch.Tensor | np.ndarray | None = None,
 ) -> float:
     """Stage-2 growth rate ``2 lr sigma / sqrt(d)`` per step of ``A = W_K^T W_Q / sqrt(d)`` under plain SGD.
 
     ``G = dL/dA`` at uniform attention (e.g. :func:`topicmech.theory.key_query_gradient`);
-    ``sigma`` is :func:`topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
+    ``sigma`` is :func:`topicmech.probes.topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
     value of ``-G``. ``W_K``, ``W_Q`` grow like ``exp(lr sigma t / sqrt(d))``, their product twice as fast.
     """
     g = as_float64(G)
@@ -382,19 +366,19 @@ class JointRun:
 
 
 def train_joint(
-    topic_model: TopicModel, doc_len: int, *, steps: int, optimizer: Literal["sgd", "adam"] = "sgd",
-    lr: float | None = None, init_scale: float = 0.1, attend_to_masked: bool = False, batch_size: int = 128,
-    loss: _Loss = "squared", mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    seed: int = 0, probe_every: int = 20, num_heldout: int = 128, heldout_seed: int = 12345,
-    W_star: np.ndarray | None = None,
+    setting: Setting, *, topic_model: TopicModel | None = None, steps: int,
+    optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None, init_scale: float = 0.1,
+    batch_size: int = 128, loss: _Loss = "squared", seed: int = 0, probe_every: int = 20, num_heldout: int = 128,
+    heldout_seed: int = HELDOUT_SEED, W_star: np.ndarray | None = None,
 ) -> JointRun:
     """Train ``W^V``, ``W^K`` and ``W^Q`` together from a small initialisation, tracking the two stages.
 
     A one-hot, identity-head :class:`topicmech.model.OneLayerTransformer` with learned attention
     and value (entries of standard deviation ``init_scale``) is trained by
-    :func:`topicmech.train.train` on fresh documents, seeded by ``seed`` like the
-    initialisation, with :func:`standard_probes` read every ``probe_every`` steps on a clean
-    :func:`heldout_batch` of ``num_heldout`` documents.
+    :func:`topicmech.train.train` on fresh documents of ``setting`` (data: ``topic_model`` if
+    given, else the setting's simplified model), seeded by ``seed`` like the initialisation, with
+    :func:`standard_probes` read every ``probe_every`` steps on a clean
+    :func:`topicmech.data.heldout_batch` of ``num_heldout`` documents.
 
     Default ``lr``: Adam 1e-2; SGD ``0.5 / lambda_max`` (squared) or ``2 / lambda_max``
     (cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
@@ -402,18 +386,18 @@ def train_joint(
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
     """
-    check_topic_model(topic_model)
-    doc_len = check_positive_int("doc_len", doc_len)
-    masking = dict(mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
+    topic_model = topic_model_for(setting, topic_model)
+    doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
+    masking = setting.masking.as_dict()
     if lr is None and optimizer == "adam":
         lr = 1e-2
     elif lr is None:
-        lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, needs="lr", **masking)[1]
+        lam_max = sigma_range(setting, topic_model=topic_model, needs="lr")[1]
         lr = SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
-        W_star = theory.optimal_value_matrix(topic_model.num_topics, topic_model.words_per_topic,
-                                             topic_model.topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                                             attend_to_masked=attend_to_masked)
+        s = setting
+        W_star = theory.optimal_value_matrix(s.T, s.v, s.tau, s.N, s.p_m, s.p_c, s.p_r,
+                                             attend_to_masked=s.attend_to_masked)
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))

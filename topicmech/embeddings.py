@@ -46,7 +46,7 @@ def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> 
 
 
 def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Literal["tied", "identity"] = "tied",
-                    attend_to_masked: bool = True, init_scale: float | None = None, bias: bool = False,
+                    attend_to_masked: bool, init_scale: float | None = None, bias: bool = False,
                     seed: int = 0) -> OneLayerTransformer:
     """The chapter-3 model: learned embeddings, uniform attention, ``W_V = I``; only ``W_E`` (and ``b_pred``) train.
 

@@ -17,11 +17,12 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import TopicModel, check_topic_model
+from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, topic_model_for
 from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
+from .setting import Setting
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
-from .utils import as_float64, check_float, check_masking, check_positive_int
+from .utils import as_float64, check_float, check_positive_int
 
 __all__ = [
     "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
@@ -52,15 +53,18 @@ MAX_DEFAULT_STEPS: int = 50_000
 MIN_PHASE_STEPS: int = 20
 
 
-def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, needs: str = "phases") -> tuple[float, float]:
+def sigma_range(setting: Setting, *, topic_model: TopicModel | None = None,
+                needs: str = "phases") -> tuple[float, float]:
     """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` (word block with hidden keys).
 
     Parameters
     ----------
-    topic_model : TopicModel
-        :class:`~topicmech.data.SimplifiedTopicModel` (:func:`topicmech.theory.sigma_eigenvalues`)
-        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_sigma_eigenvalues`);
+    setting : Setting
+        Sizes, document length, masking and key convention.
+    topic_model : TopicModel, optional
+        The data (:func:`topicmech.data.topic_model_for`): default the setting's simplified
+        model (:func:`topicmech.theory.sigma_eigenvalues`); an
+        :class:`~topicmech.data.LDATopicModel` uses :func:`topicmech.theory.lda_sigma_eigenvalues`;
         any other raises ValueError.
     needs : str
         Argument the caller should set instead, named in that error.
@@ -69,16 +73,15 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     -------
     lambda_min, lambda_max : float
     """
-    from .data import LDATopicModel, SimplifiedTopicModel
-
-    masking = (mask_prob, keep_prob, random_prob)
-    if isinstance(topic_model, SimplifiedTopicModel):
-        return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
-                                 doc_len, *masking, attend_to_masked=attend_to_masked)
-    if isinstance(topic_model, LDATopicModel):
-        return lda_sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
-                                     *masking, attend_to_masked=attend_to_masked)
-    raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
+    data = topic_model_for(setting, topic_model)
+    s = setting
+    if isinstance(data, SimplifiedTopicModel):
+        return sigma_eigenvalues(data.num_topics, data.words_per_topic, data.topics_per_doc,
+                                 s.N, s.p_m, s.p_c, s.p_r, attend_to_masked=s.attend_to_masked)
+    if isinstance(data, LDATopicModel):
+        return lda_sigma_eigenvalues(data.num_topics, data.words_per_topic, data.alpha, s.N,
+                                     s.p_m, s.p_c, s.p_r, attend_to_masked=s.attend_to_masked)
+    raise ValueError(f"no exact Sigma for a {type(data).__name__}, so no learning rate can be derived "
                      f"from the setting; pass {needs} explicitly")
 
 
@@ -88,9 +91,8 @@ def _check_loss(loss: object) -> None:
 
 
 def default_phases(
-    topic_model: TopicModel, doc_len: int, *, loss: Literal["squared", "cross_entropy"] = "squared",
-    attend_to_masked: bool = True, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    l2: float = 0.0, tol: float = 1e-2,
+    setting: Setting, *, topic_model: TopicModel | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", l2: float = 0.0, tol: float = 1e-2,
 ) -> tuple[tuple[int, float], ...]:
     """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
@@ -104,8 +106,9 @@ def default_phases(
 
     Parameters
     ----------
-    topic_model : TopicModel
-        Simplified or LDA (see :func:`sigma_range`).
+    setting : Setting
+    topic_model : TopicModel, optional
+        Simplified (default, the setting's) or LDA (see :func:`sigma_range`).
     l2 : float
         Ridge weight of the run.
     tol : float
@@ -118,8 +121,8 @@ def default_phases(
 
     Examples
     --------
-    >>> from topicmech.data import SimplifiedTopicModel
-    >>> phases = default_phases(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
+    >>> from topicmech import Masking, Setting
+    >>> phases = default_phases(Setting(6, 5, 2, 40, masking=Masking(mask_prob=0.2), attend_to_masked=True))
     >>> [round(lr, 2) for _, lr in phases]
     [9.08, 3.03, 0.91]
     """
@@ -127,8 +130,7 @@ def default_phases(
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not 0.0 < tol < 1.0:
         raise ValueError(f"tol must be a float in (0, 1), got {tol!r}")
     l2 = check_float("l2", l2, positive=False)
-    lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
-                                   keep_prob=keep_prob, random_prob=random_prob)
+    lam_min, lam_max = sigma_range(setting, topic_model=topic_model)
     lam_min, lam_max = lam_min + l2, lam_max + l2
     lr1 = SAFE_FRACTION / lam_max
     per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
@@ -180,10 +182,9 @@ class StageOneRun:
 
 
 def train_value_matrix(
-    topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True,
+    setting: Setting, *, topic_model: TopicModel | None = None,
     loss: Literal["squared", "cross_entropy"] = "squared", phases: Phases | None = None,
-    batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, mask_prob: float = 0.15,
-    keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, probe_every: int = 20,
+    batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, seed: int = 0, probe_every: int = 20,
 ) -> StageOneRun:
     """Train ``W^V`` of the stage-1 model by plain SGD with a step-decay learning rate.
 
@@ -193,8 +194,10 @@ def train_value_matrix(
 
     Parameters
     ----------
-    attend_to_masked : bool
-        Selected positions visible as keys (``False``: hidden, the authors' code).
+    setting : Setting
+        Sizes, document length, masking and key convention of the run.
+    topic_model : TopicModel, optional
+        The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
     phases : sequence of (steps, lr), optional
         Defaults to :func:`default_phases` for this setting.
     batch_size : int, optional
@@ -210,19 +213,17 @@ def train_value_matrix(
     -------
     StageOneRun
     """
-    check_topic_model(topic_model)
+    topic_model = topic_model_for(setting, topic_model)
     _check_loss(loss)
-    check_masking(mask_prob, keep_prob, random_prob)
     if phases is None:
-        phases = default_phases(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
-                                mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
+        phases = default_phases(setting, topic_model=topic_model, loss=loss, l2=l2)
     phases = _check_phases("phases", phases)
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
     model = OneLayerTransformer(
         topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned", head="identity",
-        attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed,
+        attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed,
     )
 
     def probe(m: OneLayerTransformer) -> np.ndarray:
@@ -230,9 +231,9 @@ def train_value_matrix(
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
     hist = train_in_phases(
-        model, topic_model, doc_len=doc_len, phases=phases, batch_size=batch_size,
-        loss=loss, optimizer="sgd", seed=seed, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
-        random_prob=random_prob, probes={"blocks": probe}, probe_every=probe_every,
+        model, topic_model, doc_len=setting.doc_len, phases=phases, batch_size=batch_size,
+        loss=loss, optimizer="sgd", seed=seed, l2=l2, **setting.masking.as_dict(),
+        probes={"blocks": probe}, probe_every=probe_every,
     )
     step = np.asarray(hist.probe_step)
     new = np.r_[True, step[1:] != step[:-1]]  # every phase re-records its starting point: keep one

@@ -8,9 +8,11 @@ and :func:`hidden_key_gradient` give the Monte-Carlo and exact ``G = dL/dA``,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,8 +21,9 @@ from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
 from .probes import topic_contrasts
+from .setting import Setting
 from .train import History, train
-from .utils import check_masking, check_positive_int
+from .utils import check_float, check_masking, check_positive_int
 
 __all__ = [
     "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_drive", "stage2_model", "run_stage2", "GradientSummary",
@@ -39,77 +42,73 @@ def _check_float(name: str, value: object, positive: bool = True) -> float:
 
 @dataclass(frozen=True)
 class Stage2Setting:
-    """Data, masking and optimiser settings of a stage-2 run: ``T, v, tau, N``, plain SGD, ``p_m, p_c, p_r``.
+    """A stage-2 run: its :class:`~topicmech.setting.Setting` (data, masking, key convention) and plain SGD.
 
     Attributes
     ----------
+    setting : Setting
+        ``T, v, tau, N``, the masking and the key convention of the run.
     lr : float, optional
         Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`default_stage2_lr`,
-        stored, so pass ``lr=None`` to ``dataclasses.replace`` with new data parameters.
+        stored, so pass ``lr=None`` to :meth:`replace` with new data parameters.
     steps, batch_size, probe_every : int
         SGD steps, fresh documents per step, steps between recordings of the contrasts of ``A``.
     init_scale : float
         Standard deviation of the Gaussian initial ``W_K`` and ``W_Q``.
     """
 
-    num_topics: int = 5
-    words_per_topic: int = 4
-    topics_per_doc: int = 2
-    doc_len: int = 20
+    setting: Setting
     lr: float | None = None
     steps: int = 600
     batch_size: int = 128
     init_scale: float = 0.1
     probe_every: int = 10
-    mask_prob: float = 0.15
-    keep_prob: float = 0.1
-    random_prob: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("num_topics", "words_per_topic", "topics_per_doc", "doc_len", "steps", "batch_size", "probe_every"):
+        if not isinstance(self.setting, Setting):
+            raise ValueError(f"setting must be a topicmech.Setting, got {self.setting!r}")
+        for name in ("steps", "batch_size", "probe_every"):
             check_positive_int(name, getattr(self, name))
-        if self.topics_per_doc > self.num_topics:
-            raise ValueError(f"topics_per_doc must be <= num_topics={self.num_topics}, got {self.topics_per_doc!r}")
-        if self.doc_len < 2:
-            raise ValueError(f"doc_len must be >= 2, got {self.doc_len!r}")
-        _check_float("init_scale", self.init_scale)
-        check_masking(self.mask_prob, self.keep_prob, self.random_prob)
+        check_float("init_scale", self.init_scale)
         if self.lr is None:
-            lr = default_stage2_lr(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                   self.mask_prob, self.keep_prob)
+            s = self.setting
+            lr = default_stage2_lr(s.num_topics, s.words_per_topic, s.topics_per_doc, s.doc_len,
+                                   s.p_m, s.p_c)
             object.__setattr__(self, "lr", lr)  # frozen dataclass: set the derived default once
-        _check_float("lr", self.lr)
+        check_float("lr", self.lr)
 
     @classmethod
-    def quick(cls) -> Stage2Setting:
+    def quick(cls, *, attend_to_masked: bool) -> Stage2Setting:
         """The chapter's default: T=5, v=4, tau=2, N=20, 600 steps of 128 documents, lr 100 (derived: 103.6)."""
-        return cls(lr=100.0)
+        return cls(Setting.stage2_quick(attend_to_masked=attend_to_masked), lr=100.0)
 
     @classmethod
-    def full(cls) -> Stage2Setting:
+    def full(cls, *, attend_to_masked: bool) -> Stage2Setting:
         """Paper-scale vocabulary: T=10, v=10, tau=2, N=64, 800 steps, lr 2700 (derived: 2830)."""
-        return cls(num_topics=10, words_per_topic=10, topics_per_doc=2, doc_len=64, lr=2700.0, steps=800,
+        return cls(Setting(10, 10, 2, 64, attend_to_masked=attend_to_masked), lr=2700.0, steps=800,
                    batch_size=128, init_scale=0.1, probe_every=20)
 
-    @property
-    def vocab_size(self) -> int:
-        """``V = T v``."""
-        return self.num_topics * self.words_per_topic
-
-    @property
-    def num_tokens(self) -> int:
-        """``D = V + 1``."""
-        return self.vocab_size + 1
+    def replace(self, **changes: Any) -> Stage2Setting:
+        """A copy with ``changes``: fields of this class, or of the :class:`~topicmech.setting.Setting`
+        (``doc_len``, ``mask_prob``, ``attend_to_masked``, ...), validated again."""
+        own = {k: changes.pop(k) for k in ("setting", "lr", "steps", "batch_size", "init_scale", "probe_every")
+               if k in changes}
+        if changes:
+            own["setting"] = own.get("setting", self.setting).replace(**changes)
+        return dataclasses.replace(self, **own)
 
     def topic_model(self) -> SimplifiedTopicModel:
         """The data source, :class:`~topicmech.data.SimplifiedTopicModel`."""
-        return SimplifiedTopicModel(self.num_topics, self.words_per_topic, self.topics_per_doc)
+        return SimplifiedTopicModel(self.setting.num_topics, self.setting.words_per_topic,
+                                    self.setting.topics_per_doc)
 
-    def stage1_value_matrix(self, attend_to_masked: bool) -> np.ndarray:
-        """The stage-1 optimum ``W*`` (:func:`topicmech.theory.optimal_value_matrix`), shape ``(D, D)``."""
-        return theory.optimal_value_matrix(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                           self.mask_prob, self.keep_prob, self.random_prob,
-                                           attend_to_masked=attend_to_masked)
+    def stage1_value_matrix(self) -> np.ndarray:
+        """The stage-1 optimum ``W*`` in the setting's convention (:func:`topicmech.theory.optimal_value_matrix`),
+        shape ``(D, D)``."""
+        s = self.setting
+        return theory.optimal_value_matrix(s.num_topics, s.words_per_topic, s.topics_per_doc, s.doc_len,
+                                           s.p_m, s.p_c, s.p_r,
+                                           attend_to_masked=s.attend_to_masked)
 
 
 #: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`
@@ -155,22 +154,23 @@ def stage2_model(value_matrix: np.ndarray | torch.Tensor, *, attend_to_masked: b
     return model.freeze("W_V")
 
 
-def run_stage2(setting: Stage2Setting, *, attend_to_masked: bool, seed: int = 0,
+def run_stage2(config: Stage2Setting, *, seed: int = 0,
                value_matrix: np.ndarray | None = None) -> tuple[OneLayerTransformer, History]:
     """Stage 2: freeze ``W^V`` at the stage-1 form and train ``W^K, W^Q`` by SGD on fresh documents.
 
-    ``seed`` seeds the initialisation, ``10_000 + seed`` the documents and masks; ``value_matrix``
-    defaults to ``setting.stage1_value_matrix(attend_to_masked)``. The history holds the probes
+    The key convention is ``config.setting``'s. ``seed`` seeds the initialisation, ``10_000 + seed``
+    the documents and masks; ``value_matrix`` defaults to ``config.stage1_value_matrix()``. The history holds the probes
     ``"same_word"``, ``"same_topic"`` (contrasts of ``A``, :func:`topicmech.probes.topic_contrasts`)
     and ``"mask_query_spread"`` (std of the ``[MASK]``-query column of ``A`` over word keys).
     """
-    if not isinstance(setting, Stage2Setting):
-        raise ValueError(f"setting must be a Stage2Setting, got {type(setting).__name__}")
-    W = setting.stage1_value_matrix(attend_to_masked) if value_matrix is None else value_matrix
-    model = stage2_model(W, attend_to_masked=attend_to_masked, init_scale=setting.init_scale, seed=seed)
-    data = setting.topic_model()
+    if not isinstance(config, Stage2Setting):
+        raise ValueError(f"config must be a Stage2Setting, got {type(config).__name__}")
+    setting = config.setting
+    W = config.stage1_value_matrix() if value_matrix is None else value_matrix
+    model = stage2_model(W, attend_to_masked=setting.attend_to_masked, init_scale=config.init_scale, seed=seed)
+    data = config.topic_model()
     topic = data.topic_of_word
-    V = setting.vocab_size
+    V = setting.V
 
     def contrast(name: str):
         return lambda m: topic_contrasts(m.key_query_matrix(), topic)[name]
@@ -180,10 +180,9 @@ def run_stage2(setting: Stage2Setting, *, attend_to_masked: bool, seed: int = 0,
         "same_topic": contrast("same_topic"),
         "mask_query_spread": lambda m: float(m.key_query_matrix()[:V, V].std()),
     }
-    history = train(model, data, steps=setting.steps, batch_size=setting.batch_size, doc_len=setting.doc_len,
-                    loss="squared", optimizer="sgd", lr=setting.lr, mask_prob=setting.mask_prob,
-                    keep_prob=setting.keep_prob, random_prob=setting.random_prob, seed=10_000 + seed,
-                    probes=probes, probe_every=setting.probe_every)
+    history = train(model, data, steps=config.steps, batch_size=config.batch_size, doc_len=setting.doc_len,
+                    loss="squared", optimizer="sgd", lr=config.lr, **setting.masking.as_dict(), seed=10_000 + seed,
+                    probes=probes, probe_every=config.probe_every)
     return model, history
 
 
@@ -356,7 +355,7 @@ class MaskQueryAttention:
 
 
 def mask_query_attention(pattern: torch.Tensor, inputs: torch.Tensor, selected: torch.Tensor, docs: torch.Tensor,
-                         topic_of_word: torch.Tensor, attend_to_masked: bool) -> MaskQueryAttention:
+                         topic_of_word: torch.Tensor, *, attend_to_masked: bool) -> MaskQueryAttention:
     """Does a ``[MASK]`` query look more at visible word keys of the hidden (true) word's topic? (Expected: no.)
 
     ``pattern`` (batch, query, key) holds attention weights computed with ``selected``;

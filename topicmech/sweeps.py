@@ -3,7 +3,7 @@
 Runners that return
 probe summaries for :func:`topicmech.dynamics.run_seeds` / :func:`topicmech.dynamics.run_grid`;
 probes for learned embeddings and several heads; closed forms along a sweep; tidy tables.
-Runs default to hidden keys (``attend_to_masked=False``, the authors' released code).
+Every runner takes a :class:`topicmech.Setting`, which says the key convention.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import numpy as np
 import torch
 
 from . import stage1, theory
-from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_model
-from .dynamics import Sweep, heldout_batch
+from .data import LDATopicModel, TopicModel, heldout_batch, topic_model_for
+from .dynamics import Sweep
 from .model import OneLayerTransformer, TwoLayerTransformer
-from .probes import block_means, relation_reader
+from .probes import block_means, relation_reader, topic_growth_eigenvalue
+from .setting import Setting
 from .stage2 import stage2_drive
 from .train import train
 from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
@@ -46,14 +47,20 @@ SWEEP_PARAMETERS: tuple[str, ...] = ("num_topics", "words_per_topic", "topics_pe
 _SUMMARY_KEYS = ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess")
 
 
-def _check_run(topic_model: object, attend_to_masked: object, loss: object, optimizer: object) -> bool:
-    """Shared checks of the runners; returns ``attend_to_masked`` as a bool."""
-    check_topic_model(topic_model)
-    if not isinstance(attend_to_masked, (bool, np.bool_)):
-        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
+def _check_run(setting: Setting, topic_model: TopicModel | None, loss: object, optimizer: object) -> TopicModel:
+    """Shared checks of the runners; returns the data (:func:`topicmech.data.topic_model_for`)."""
+    data = topic_model_for(setting, topic_model)
     check_choice("loss", loss, ("squared", "cross_entropy"))
     check_choice("optimizer", optimizer, ("sgd", "adam"))
-    return bool(attend_to_masked)
+    return data
+
+
+def _split_changes(setting: Setting, kwargs: dict[str, Any]) -> tuple[Setting, dict[str, Any]]:
+    """``setting`` with the :data:`SWEEP_PARAMETERS` among ``kwargs`` applied, and the other keywords."""
+    changes = {k: kwargs.pop(k) for k in SWEEP_PARAMETERS if k in kwargs}
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+    return (setting.replace(**changes) if changes else setting), kwargs
 
 
 def _summarise_value(W: np.ndarray, topic_of_word: torch.Tensor) -> dict[str, float]:
@@ -68,11 +75,10 @@ def _tail_loss(losses: Sequence[float]) -> float:
     return float(np.mean(losses[-max(1, len(losses) // 10):]))
 
 
-def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int | None = None, batch_size: int = 128,
-               loss: LossKind = "squared", optimizer: OptimizerKind = "sgd", lr: float | None = None,
-               anneal_steps: int | None = None, l2: float = 0.0, attend_to_masked: bool = False,
-               mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, init_scale: float = 0.0,
-               reference: np.ndarray | None = None, return_matrix: bool = False) -> dict[str, Any]:
+def stage1_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None, steps: int | None = None,
+               batch_size: int = 128, loss: LossKind = "squared", optimizer: OptimizerKind = "sgd",
+               lr: float | None = None, anneal_steps: int | None = None, l2: float = 0.0, init_scale: float = 0.0,
+               W_star: np.ndarray | None = None, return_matrix: bool = False) -> dict[str, Any]:
     """Train ``W^V`` under frozen uniform attention (one-hot embeddings, identity head) and summarise it.
 
     SGD defaults come from the exact ``Sigma`` (:func:`topicmech.stage1.sigma_range`; other topic
@@ -88,9 +94,13 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
         SGD ``0.5 c / (lambda_max + c l2)``; Adam :data:`ADAM_LR`.
     anneal_steps : int, optional
         Extra steps at ``lr / 10``; default ``steps // 2`` when ``steps`` is derived, else 0.
+    setting : Setting
+        Sizes, document length, masking and key convention.
+    topic_model : TopicModel, optional
+        The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
     l2, init_scale : float
         Penalty on ``||W^V||_F^2``; standard deviation of the initial ``W^V``.
-    reference : ndarray, shape (D, D), optional
+    W_star : ndarray, shape (D, D), optional
         An exact optimum, for ``"rel_error"`` (relative Frobenius distance on the word block).
     return_matrix : bool
         Also return the trained ``"W_V"``.
@@ -101,7 +111,7 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
         ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"mask_col"``,
         ``"final_loss"`` (last 10% of steps, without L2), optionally ``"rel_error"`` and ``"W_V"``.
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
+    topic_model = _check_run(setting, topic_model, loss, optimizer)
     if anneal_steps is None:
         anneal_steps = -1 if steps is None else 0                  # -1: half the derived steps, set below
     elif isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
@@ -111,9 +121,7 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
         lr = ADAM_LR if lr is None else lr
         steps = 400 if steps is None else steps
     elif lr is None or steps is None:
-        lam_min, lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
-                                              mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                                              needs="lr and steps")
+        lam_min, lam_max = stage1.sigma_range(setting, topic_model=topic_model, needs="lr and steps")
         curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
         if lr is None:
             lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
@@ -123,9 +131,10 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
     if anneal_steps < 0:
         anneal_steps = steps // 2
     model = OneLayerTransformer(topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned",
-                                head="identity", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
-    common = dict(batch_size=batch_size, doc_len=doc_len, loss=loss, optimizer=optimizer, l2=l2,
-                  mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
+                                head="identity", attend_to_masked=setting.attend_to_masked, init_scale=init_scale,
+                                seed=seed)
+    common = dict(batch_size=batch_size, doc_len=setting.doc_len, loss=loss, optimizer=optimizer, l2=l2,
+                  **setting.masking.as_dict())
     losses = list(train(model, topic_model, steps=steps, lr=lr, seed=1000 + seed, **common).loss)
     if anneal_steps:
         losses += train(model, topic_model, steps=int(anneal_steps), lr=float(lr) / 10.0, seed=500_000 + seed,
@@ -133,10 +142,10 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
     W = model.W_V.detach().double().cpu().numpy()                                  # (D, D)
     out: dict[str, Any] = _summarise_value(W, topic_model.topic_of_word)
     out["final_loss"] = _tail_loss(losses)
-    if reference is not None:
-        ref = np.asarray(reference, dtype=np.float64)
+    if W_star is not None:
+        ref = np.asarray(W_star, dtype=np.float64)
         if ref.shape != W.shape:
-            raise ValueError(f"reference must have shape {W.shape}, got {ref.shape}")
+            raise ValueError(f"W_star must have shape {W.shape}, got {ref.shape}")
         V = topic_model.vocab_size
         out["rel_error"] = float(np.linalg.norm(W[:V, :V] - ref[:V, :V]) / np.linalg.norm(ref[:V, :V]))
     if return_matrix:
@@ -144,30 +153,28 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
     return out
 
 
-def stage1_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, topics_per_doc: int | None = 2,
-                 alpha: float | None = None, doc_len: int = 32, mask_prob: float = 0.15, keep_prob: float = 0.1,
-                 random_prob: float = 0.1, attend_to_masked: bool = False, l2: float = 0.0, **train_kwargs: Any
-                 ) -> dict[str, Any]:
+def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None = None, l2: float = 0.0,
+                 **kwargs: Any) -> dict[str, Any]:
     """One stage-1 sweep point: build the data, train ``W^V`` (:func:`stage1_run`), compare with the exact optimum.
 
-    ``T, v, tau, N`` as keywords; ``alpha`` switches to :class:`~topicmech.data.LDATopicModel`
-    data (``topics_per_doc`` is then ignored). Corruption, ``attend_to_masked`` and ``l2`` go to
-    training and to the exact squared-loss reference; ``train_kwargs`` to :func:`stage1_run`.
-    Returns its summary (with ``"rel_error"``) and ``"exact_diag"``, ``"exact_same_topic"``,
-    ``"exact_diff_topic"``, ``"exact_topic_gap"``, ``"exact_diag_excess"``.
+    Keywords among :data:`SWEEP_PARAMETERS` (``doc_len=16``, ...) change ``setting`` (so
+    :func:`sweep_axes` can vary them), the others go to :func:`stage1_run`. ``dirichlet_alpha``
+    switches to :class:`~topicmech.data.LDATopicModel` data (the setting's ``topics_per_doc`` is
+    then not used). The masking, the convention and ``l2`` go to training and to the exact
+    squared-loss optimum. Returns the summary of :func:`stage1_run` (with ``"rel_error"``) and
+    ``"exact_diag"``, ``"exact_same_topic"``, ``"exact_diff_topic"``, ``"exact_topic_gap"``, ``"exact_diag_excess"``.
     """
-    args = (doc_len, mask_prob, keep_prob, random_prob, attend_to_masked)
-    if alpha is not None:
-        data: TopicModel = LDATopicModel(num_topics, words_per_topic, alpha)
-        ref = theory.lda_optimal_value_matrix(num_topics, words_per_topic, alpha, *args, l2=l2)
-    elif topics_per_doc is None:
-        raise ValueError("give topics_per_doc (simplified model) or alpha (LDA)")
+    s, train_kwargs = _split_changes(setting, dict(kwargs))
+    args = (s.doc_len, s.p_m, s.p_c, s.p_r, s.attend_to_masked)
+    if dirichlet_alpha is not None:
+        data: TopicModel | None = LDATopicModel(s.num_topics, s.words_per_topic, dirichlet_alpha)
+        W_star = theory.lda_optimal_value_matrix(s.num_topics, s.words_per_topic, dirichlet_alpha, *args, l2=l2)
     else:
-        data = SimplifiedTopicModel(num_topics, words_per_topic, topics_per_doc)
-        ref = theory.optimal_value_matrix(num_topics, words_per_topic, topics_per_doc, *args, l2=l2)
-    out = stage1_run(seed, topic_model=data, doc_len=doc_len, mask_prob=mask_prob, keep_prob=keep_prob,
-                     random_prob=random_prob, attend_to_masked=attend_to_masked, l2=l2, reference=ref, **train_kwargs)
-    exact = _summarise_value(ref, data.topic_of_word)
+        data = None
+        W_star = theory.optimal_value_matrix(s.num_topics, s.words_per_topic, s.topics_per_doc, *args, l2=l2)
+    data = topic_model_for(s, data)
+    out = stage1_run(seed, setting=s, topic_model=data, l2=l2, W_star=W_star, **train_kwargs)
+    exact = _summarise_value(W_star, data.topic_of_word)
     out.update({f"exact_{k}": exact[k] for k in _SUMMARY_KEYS})
     return out
 
@@ -223,18 +230,20 @@ def _probe(model: torch.nn.Module, topic_model: TopicModel, doc_len: int,
             head_attention(model, inputs, topic_model.topic_of_word, selected))
 
 
-def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
+def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None,
                      handicap: Literal["none", "embedding", "attention"] = "none", d_model: int | None = None,
                      steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
-                     optimizer: OptimizerKind = "adam", lr: float | None = None, attend_to_masked: bool = False,
-                     init_scale: float = 0.1, heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                     mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1) -> dict[str, float]:
+                     optimizer: OptimizerKind = "adam", lr: float | None = None, init_scale: float = 0.1,
+                     heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> dict[str, float]:
     """Train embeddings, attention and ``W^V`` together (tied head), with one of the first two handicapped.
 
     Parameters
     ----------
     seed : int
         Seeds the initialisation; ``2000 + seed`` seeds the documents and masks.
+    setting : Setting
+        Sizes, document length, masking and key convention; ``topic_model`` (optional) replaces
+        the setting's simplified data (:func:`topicmech.data.topic_model_for`).
     handicap : {"none", "embedding", "attention"}
         Nothing, embeddings frozen to one-hot, or attention frozen to uniform.
     d_model : int, optional
@@ -243,7 +252,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
         Adam :data:`ADAM_LR`; SGD with one-hot embeddings as in :func:`stage1_run`; SGD with
         learned embeddings has no rule (the tied loss is quartic in ``W_E``): pass ``lr``.
     heldout : (inputs, selected), optional
-        Where attention is read; default 128 clean documents (:func:`topicmech.dynamics.heldout_batch`).
+        Where attention is read; default 128 clean documents (:func:`topicmech.data.heldout_batch`).
 
     Returns
     -------
@@ -252,17 +261,15 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
         ``"attn_self"``, ``"attn_same_word"``, ``"attn_same_topic"``, ``"attn_diff_topic"``, ``"attn_ratio"``
         (same / different topic); ``"value_topic_gap"`` (of ``W_E^T W^V W_E``); ``"final_loss"``.
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
+    topic_model = _check_run(setting, topic_model, loss, optimizer)
     check_choice("handicap", handicap, HANDICAPS)
-    doc_len = check_positive_int("doc_len", doc_len)
+    doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
     D = topic_model.num_tokens
     if lr is None:
         if optimizer == "adam":
             lr = ADAM_LR
         elif handicap == "embedding":
-            lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
-                                         mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                                         needs="lr")[1]
+            lam_max = stage1.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
             lr = stage1.SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
         else:
             raise ValueError(
@@ -274,8 +281,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
                                 attention="uniform" if handicap == "attention" else "learned", value="learned",
                                 head="tied", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                    seed=2000 + seed)
+                    optimizer=optimizer, lr=lr, **setting.masking.as_dict(), seed=2000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)
     att = att[0, 0]                                                                # (4,)
     with torch.no_grad():
@@ -288,11 +294,10 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
     }
 
 
-def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: int = 2, num_heads: int = 2,
-             d_model: int = 16, steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
-             optimizer: OptimizerKind = "adam", lr: float | None = None, attend_to_masked: bool = False,
-             init_scale: float = 0.1, heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None
-             ) -> dict[str, Any]:
+def deep_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None, num_layers: int = 2,
+             num_heads: int = 2, d_model: int = 16, steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
+             optimizer: OptimizerKind = "adam", lr: float | None = None, init_scale: float = 0.1,
+             heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> dict[str, Any]:
     """Train a :class:`~topicmech.model.TwoLayerTransformer` (residual, LayerNorm, tied head) and probe it.
 
     Arguments as in :func:`compensation_run` (seeds ``seed`` and ``3000 + seed``; SGD needs
@@ -305,17 +310,17 @@ def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: in
         ``"attn_ratio"`` (shape (num_layers, num_heads), same / different topic), ``"min_ratio"``,
         ``"max_ratio"``, ``"final_loss"``, ``"W_E"`` (shape (d, D)).
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
-    doc_len = check_positive_int("doc_len", doc_len)
+    topic_model = _check_run(setting, topic_model, loss, optimizer)
+    doc_len = setting.doc_len
     if lr is None:
         if optimizer == "sgd":
             raise ValueError("no default SGD learning rate for the two-layer model (its curvature depends on the "
                              "weights); pass lr, or use optimizer='adam'")
         lr = ADAM_LR
     model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_heads=num_heads, num_layers=num_layers,
-                                attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
+                                attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, seed=3000 + seed)
+                    optimizer=optimizer, lr=lr, **setting.masking.as_dict(), seed=3000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)                        # att: (L, H, 4)
     ratio = att[..., 2] / att[..., 3]                                              # (L, H)
     return {
@@ -325,29 +330,30 @@ def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: in
     }
 
 
-def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int = 8, words_per_topic: int = 4,
-                       topics_per_doc: int = 2, doc_len: int | float = 32, mask_prob: float = 0.15,
-                       keep_prob: float = 0.1, random_prob: float = 0.1, attend_to_masked: bool = False,
+def value_blocks_along(param: str, values: Iterable[float], setting: Setting, *,
                        l2: float = 0.0) -> dict[str, np.ndarray]:
     """Exact stage-1 block values (:func:`topicmech.theory.value_block_coefficients`) while one parameter varies.
 
-    ``param`` is one of :data:`SWEEP_PARAMETERS` (integer ones take integer values); the other
-    keywords fix the rest. Returns arrays of shape (len(values),): ``"x"`` (the values),
-    ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"topic_eigenvalue"``.
+    ``param`` is one of :data:`SWEEP_PARAMETERS` (integer ones take integer values); ``setting``
+    fixes the rest, the convention included. Returns arrays of shape (len(values),): ``"x"`` (the
+    values), ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"topic_eigenvalue"``.
     """
     check_choice("param", param, SWEEP_PARAMETERS)
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
     xs = np.asarray(list(values), dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got {values!r}")
-    point = dict(zip(SWEEP_PARAMETERS, (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob,
-                                        random_prob)))
     out = {k: np.empty(xs.size) for k in (*_SUMMARY_KEYS, "topic_eigenvalue")}
     for i, x in enumerate(xs):
         if param in SWEEP_PARAMETERS[:4] and not (math.isinf(x) and param == "doc_len"):
             if x != round(x):
                 raise ValueError(f"values of {param} must be integers, got {x!r}")
             x = int(round(x))
-        b = theory.value_block_coefficients(**{**point, param: x}, attend_to_masked=attend_to_masked, l2=l2)
+        s = setting.replace(**{param: x})
+        b = theory.value_block_coefficients(s.num_topics, s.words_per_topic, s.topics_per_doc, s.doc_len,
+                                            s.p_m, s.p_c, s.p_r,
+                                            attend_to_masked=s.attend_to_masked, l2=l2)
         for k, val in zip(out, (b.diag, b.same_topic, b.diff_topic, b.same_topic - b.diff_topic,
                                 b.diag - b.same_topic, b.topic_eigenvalue)):
             out[k][i] = val
@@ -355,25 +361,31 @@ def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int =
     return out
 
 
-def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, topics_per_doc: int = 2,
-                       doc_len: int = 32, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                       num_docs: int | None = None) -> dict[str, float]:
+def stage2_drive_point(seed: int, *, setting: Setting, num_docs: int | None = None,
+                       **changes: Any) -> dict[str, float]:
     """Monte-Carlo (``num_docs`` documents, :func:`topicmech.theory.key_query_gradient`) and exact stage-2 drive.
 
-    Default ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
+    ``setting`` must hide masked keys (the exact drive's convention); ``changes`` (among
+    :data:`SWEEP_PARAMETERS`) change it, so :func:`sweep_axes` can vary them. Default
+    ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
     error of one estimate at about 2.5% along every axis (short documents carry less signal each).
     Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`sweep_axes`.
     """
-    from .dynamics import topic_growth_eigenvalue
+    s, rest = _split_changes(setting, dict(changes))
+    if rest:
+        raise ValueError(f"unknown parameters {sorted(rest)}; parameters: {SWEEP_PARAMETERS}")
+    if s.attend_to_masked:
+        raise ValueError("stage2_drive_point needs a setting with attend_to_masked=False (the exact drive hides "
+                         "masked keys)")
+    doc_len = s.doc_len
+    num_docs = max(1, 128_000 // doc_len) if num_docs is None else num_docs
 
-    num_docs = max(1, 128_000 // check_positive_int("doc_len", doc_len)) if num_docs is None else num_docs
-
-    setting = (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    W = theory.optimal_value_matrix(*setting, random_prob, attend_to_masked=False)
-    G = theory.key_query_gradient(W, *setting[:4], num_docs, mask_prob, keep_prob, random_prob,
+    setting_ = (s.num_topics, s.words_per_topic, s.topics_per_doc, doc_len, s.p_m, s.p_c)
+    W = theory.optimal_value_matrix(*setting_, s.p_r, attend_to_masked=False)
+    G = theory.key_query_gradient(W, *setting_[:4], num_docs, s.p_m, s.p_c, s.p_r,
                                   attend_to_masked=False, seed=seed)                  # (D, D)
-    topic = np.arange(num_topics * words_per_topic) // words_per_topic
-    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting)}
+    topic = np.arange(s.num_topics * s.words_per_topic) // s.words_per_topic
+    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting_)}
 
 
 def _is_scalar(x: object) -> bool:
