@@ -166,22 +166,20 @@ def test_default_phases_for_lda_data():
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_stage1_run_defaults_converge(name, optimizer):
+def test_train_value_matrix_adam_defaults_converge(name):
     T, v, tau, N, pm = SETTINGS[name]
     S, C, W_star, blocks = _exact(T, v, tau, N, pm, False)
-    out = sweeps.stage1_run(0, setting=_setting(T, v, tau, N, pm, False), optimizer=optimizer, return_matrix=True)
-    assert math.isfinite(out["final_loss"])
-    # measured (seeds 0-5): excess at most 5.1e-3 (SGD) and 2.0e-3 (Adam), topic gap within 1.5%
-    assert _excess(out["W_V"], S, C, W_star) < {"sgd": 2e-2, "adam": 1e-2}[optimizer]
-    assert abs(out["topic_gap"] / (blocks.same_topic - blocks.diff_topic) - 1) < 0.05
+    run = stage1.train_value_matrix(_setting(T, v, tau, N, pm, False), optimizer="adam", batch_size=128)
+    assert run.phases == stage1.ADAM_PHASES and np.isfinite(run.loss).all()
+    # measured (seeds 0-5): excess at most 2.0e-3, topic gap within 1.5%
+    assert _excess(run.W_V, S, C, W_star) < 1e-2
+    b = run.final_blocks()
+    assert abs((b.same_topic - b.diff_topic) / (blocks.same_topic - blocks.diff_topic) - 1) < 0.05
 
 
-def test_stage1_run_without_exact_moments_asks_for_lr():
-    with pytest.raises(ValueError, match="lr"):
-        sweeps.stage1_run(0, setting=OTHER, topic_model=_OtherTopicModel(3, 2))
-    out = sweeps.stage1_run(0, setting=OTHER, topic_model=_OtherTopicModel(3, 2), lr=1.0, steps=3)
-    assert math.isfinite(out["final_loss"])
+def test_stage1_point_needs_lr_and_steps_together():
+    with pytest.raises(ValueError, match="lr and steps"):
+        sweeps.stage1_point(0, setting=OTHER, lr=1.0)
 
 
 def test_runners_refuse_sgd_without_a_rule():

@@ -44,7 +44,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, stage2, sweeps, theory
+from topicmech import dynamics, stage1, stage2, sweeps, theory
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
@@ -158,40 +158,42 @@ def test_lda_moments_rejects_single_topic_and_bad_l2():
 # ----------------------------------------------------------------------------------------
 
 
-def test_stage1_run_summary_and_reference():
+def test_stage1_point_summary_and_phases():
     hidden = tm.Setting(4, 3, 2, 12, attend_to_masked=False)
-    ref = theory.optimal_value_matrix(4, 3, 2, 12, attend_to_masked=False)
-    out = sweeps.stage1_run(0, setting=hidden, steps=30, anneal_steps=10, W_star=ref,
-                            return_matrix=True)
+    out = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10, return_matrix=True)
     for k in ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess", "mask_col", "final_loss", "rel_error"):
         assert isinstance(out[k], float), k
     assert out["W_V"].shape == (13, 13)
     assert out["topic_gap"] == pytest.approx(out["same_topic"] - out["diff_topic"])
     assert out["mask_col"] == 0.0                                        # hidden keys: [MASK] column untouched
-    again = sweeps.stage1_run(0, setting=hidden, steps=30, anneal_steps=10, W_star=ref)
+    again = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10)
     assert again["topic_gap"] == out["topic_gap"]                         # reproducible
-    with pytest.raises(ValueError, match="W_star"):
-        sweeps.stage1_run(0, setting=hidden, steps=2, W_star=np.zeros((3, 3)))
+    # the same run as stage1.train_value_matrix with the documented phases and data seeds
+    run = stage1.train_value_matrix(hidden, phases=[(30, 5.0), (10, 0.5)], batch_size=128, seed=0,
+                                    data_seeds=[1000, 500_000])
+    assert np.array_equal(run.W_V, out["W_V"])
     with pytest.raises(ValueError, match="anneal_steps"):
-        sweeps.stage1_run(0, setting=hidden, steps=2, anneal_steps=-1)
-    with pytest.raises(ValueError, match="topic_model"):
-        sweeps.stage1_run(0, setting=hidden, topic_model="lda", steps=2)
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, anneal_steps=-1)
+    with pytest.raises(ValueError, match="lr and steps"):
+        sweeps.stage1_point(0, setting=hidden, steps=2)
     with pytest.raises(ValueError, match="setting"):
-        sweeps.stage1_run(0, setting="hidden", steps=2)
+        sweeps.stage1_point(0, setting="hidden", lr=1.0, steps=2)
+    with pytest.raises(ValueError, match="unknown"):
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, phases=[(1, 1.0)])
 
 
 def test_stage1_point_branches():
     small = tm.Setting(4, 2, 2, 10, attend_to_masked=False)
-    s = sweeps.stage1_point(0, setting=small, steps=5)
+    s = sweeps.stage1_point(0, setting=small, lr=5.0, steps=5)
     ex = theory.value_block_coefficients(4, 2, 2, 10, attend_to_masked=False)
     assert s["exact_topic_gap"] == pytest.approx(ex.same_topic - ex.diff_topic, abs=1e-12)
-    lda = sweeps.stage1_point(0, setting=small, dirichlet_alpha=0.3, steps=5)
+    lda = sweeps.stage1_point(0, setting=small, dirichlet_alpha=0.3, lr=5.0, steps=5)
     exl = theory.lda_value_blocks(4, 2, 0.3, 10, attend_to_masked=False)
     assert lda["exact_topic_gap"] == pytest.approx(exl.same_topic - exl.diff_topic, abs=1e-12)
-    changed = sweeps.stage1_point(0, setting=small.replace(doc_len=20), doc_len=10, steps=5)   # doc_len=10 wins
+    changed = sweeps.stage1_point(0, setting=small.replace(doc_len=20), doc_len=10, lr=5.0, steps=5)   # 10 wins
     assert changed["topic_gap"] == s["topic_gap"]
     with pytest.raises(ValueError, match="topics_per_doc"):
-        sweeps.stage1_point(0, setting=small, topics_per_doc=5, steps=5)
+        sweeps.stage1_point(0, setting=small, topics_per_doc=5, lr=5.0, steps=5)
 
 
 def test_embedding_cosine_contrast():

@@ -22,11 +22,12 @@ from .embeddings import _check_phases, train_in_phases
 from .model import OneLayerTransformer
 from .setting import Setting
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
-from .utils import as_float64, check_float, check_positive_int
+from .train import History, train
+from .utils import as_float64, check_float, check_positive_int, check_seed
 
 __all__ = [
     "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
-    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
+    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "ADAM_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
 
@@ -39,6 +40,8 @@ SQUARED_PHASES: tuple[tuple[int, float], ...] = ((500, 30.0), (400, 10.0), (300,
 #: ``(steps, lr)`` for cross-entropy, fixed for the book's setting; the run only shows the
 #: block pattern (the optimum has the ``[MASK]`` output row at minus infinity).
 CROSS_ENTROPY_PHASES: tuple[tuple[int, float], ...] = ((300, 100.0),)
+#: ``(steps, lr)`` phases for Adam (its step is about ``lr`` per entry whatever the curvature).
+ADAM_PHASES: tuple[tuple[int, float], ...] = ((400, 1e-2), (200, 1e-3))
 #: Documents per SGD step, by loss.
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
 #: First learning rate of :func:`default_phases` as a fraction of ``1 / lambda_max`` (squared loss).
@@ -183,14 +186,15 @@ class StageOneRun:
 
 def train_value_matrix(
     setting: Setting, *, topic_model: TopicModel | None = None,
-    loss: Literal["squared", "cross_entropy"] = "squared", phases: Phases | None = None,
-    batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, seed: int = 0, probe_every: int = 20,
+    loss: Literal["squared", "cross_entropy"] = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
+    phases: Phases | None = None, batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0,
+    seed: int = 0, data_seeds: Sequence[int] | None = None, probe_every: int = 20,
 ) -> StageOneRun:
-    """Train ``W^V`` of the stage-1 model by plain SGD with a step-decay learning rate.
+    """Train ``W^V`` of the stage-1 model by SGD (or Adam) with a step-decay learning rate.
 
     One-hot embeddings, frozen uniform attention, identity head, ``W^V`` initialised at
-    ``init_scale`` times a Gaussian; the phases run through
-    :func:`topicmech.embeddings.train_in_phases` on fresh documents (seeds derived from ``seed``).
+    ``init_scale`` times a Gaussian (seed ``seed``); each ``(steps, lr)`` phase trains on fresh
+    documents, seeded by :func:`topicmech.utils.spawn_seeds` of ``seed`` or by ``data_seeds``.
 
     Parameters
     ----------
@@ -198,14 +202,18 @@ def train_value_matrix(
         Sizes, document length, masking and key convention of the run.
     topic_model : TopicModel, optional
         The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
+    optimizer : {"sgd", "adam"}
+        Plain SGD or Adam (a fresh optimiser per phase).
     phases : sequence of (steps, lr), optional
-        Defaults to :func:`default_phases` for this setting.
+        Defaults to :func:`default_phases` for this setting (SGD) or :data:`ADAM_PHASES`.
     batch_size : int, optional
         Documents per step; defaults to :data:`DEFAULT_BATCH_SIZE` for the loss.
     l2 : float
         Ridge weight (``l2 ||W^V||_F^2`` is added to the loss).
     init_scale : float
         Standard deviation of the initial ``W^V``.
+    data_seeds : sequence of int, optional
+        One seed per phase for the documents and masks (default: spawned from ``seed``).
     probe_every : int
         Record the orbit means every this many steps (and at the end of each phase).
 
@@ -215,9 +223,16 @@ def train_value_matrix(
     """
     topic_model = topic_model_for(setting, topic_model)
     _check_loss(loss)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if phases is None:
-        phases = default_phases(setting, topic_model=topic_model, loss=loss, l2=l2)
+        phases = ADAM_PHASES if optimizer == "adam" else default_phases(setting, topic_model=topic_model, loss=loss,
+                                                                        l2=l2)
     phases = _check_phases("phases", phases)
+    if data_seeds is not None:
+        data_seeds = [check_seed(s) for s in data_seeds]
+        if len(data_seeds) != len(phases):
+            raise ValueError(f"data_seeds must hold one seed per phase ({len(phases)}), got {len(data_seeds)}")
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
@@ -230,11 +245,20 @@ def train_value_matrix(
         b = orbit_means(m.value_matrix().detach().double().cpu().numpy(), T, v)
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
-    hist = train_in_phases(
-        model, topic_model, doc_len=setting.doc_len, phases=phases, batch_size=batch_size,
-        loss=loss, optimizer="sgd", seed=seed, l2=l2, **setting.masking.as_dict(),
-        probes={"blocks": probe}, probe_every=probe_every,
-    )
+    common = dict(doc_len=setting.doc_len, batch_size=batch_size, loss=loss, optimizer=optimizer, l2=l2,
+                  **setting.masking.as_dict(), probes={"blocks": probe}, probe_every=probe_every)
+    if data_seeds is None:
+        hist = train_in_phases(model, topic_model, phases=phases, seed=seed, **common)
+    else:
+        hist = History()
+        offset = 0
+        for (steps, lr), s in zip(phases, data_seeds):
+            h = train(model, topic_model, steps=steps, lr=lr, seed=s, **common)
+            hist.step.extend(offset + t for t in h.step)
+            hist.loss.extend(h.loss)
+            hist.probe_step.extend(offset + t for t in h.probe_step)
+            hist.probes.setdefault("blocks", []).extend(h.probes["blocks"])
+            offset += steps
     step = np.asarray(hist.probe_step)
     new = np.r_[True, step[1:] != step[:-1]]  # every phase re-records its starting point: keep one
     return StageOneRun(

@@ -23,10 +23,10 @@ from .probes import block_means, relation_reader, topic_growth_eigenvalue
 from .setting import Setting
 from .stage2 import stage2_drive
 from .train import train
-from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
+from .utils import as_float64, check_choice, check_positive_int, check_seeds, map_seeded
 
 __all__ = [
-    "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
+    "stage1_point", "STAGE1_SEED_OFFSETS", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
     "value_blocks_along", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
 ]
@@ -75,33 +75,34 @@ def _tail_loss(losses: Sequence[float]) -> float:
     return float(np.mean(losses[-max(1, len(losses) // 10):]))
 
 
-def stage1_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None, steps: int | None = None,
-               batch_size: int = 128, loss: LossKind = "squared", optimizer: OptimizerKind = "sgd",
-               lr: float | None = None, anneal_steps: int | None = None, l2: float = 0.0, init_scale: float = 0.0,
-               W_star: np.ndarray | None = None, return_matrix: bool = False) -> dict[str, Any]:
-    """Train ``W^V`` under frozen uniform attention (one-hot embeddings, identity head) and summarise it.
+#: Data seeds of the phases of :func:`stage1_point`: ``offset + seed``, run at ``lr`` then ``lr / 10``.
+STAGE1_SEED_OFFSETS: tuple[int, int] = (1000, 500_000)
 
-    SGD defaults come from the exact ``Sigma`` (:func:`topicmech.stage1.sigma_range`; other topic
-    models need ``lr``), with ``c = 4`` for cross-entropy, else 1.
+
+def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None = None,
+                 optimizer: OptimizerKind = "sgd", loss: LossKind = "squared", lr: float | None = None,
+                 steps: int | None = None, anneal_steps: int | None = None, batch_size: int = 128, l2: float = 0.0,
+                 init_scale: float = 0.0, return_matrix: bool = False, **changes: Any) -> dict[str, Any]:
+    """One stage-1 sweep point: build the data, train ``W^V`` (:func:`topicmech.stage1.train_value_matrix`),
+    compare it with the exact optimum.
 
     Parameters
     ----------
     seed : int
-        Seeds the initialisation; ``1000 + seed`` seeds the documents and masks.
-    steps : int, optional
-        SGD ``max(200, ceil(log(100) c / (2 lr (lambda_min + c l2))))``; Adam 400.
-    lr : float, optional
-        SGD ``0.5 c / (lambda_max + c l2)``; Adam :data:`ADAM_LR`.
-    anneal_steps : int, optional
-        Extra steps at ``lr / 10``; default ``steps // 2`` when ``steps`` is derived, else 0.
+        Seeds the initialisation; ``1000 + seed`` and ``500_000 + seed`` the documents and masks
+        of the two phases (:data:`STAGE1_SEED_OFFSETS`).
     setting : Setting
-        Sizes, document length, masking and key convention.
-    topic_model : TopicModel, optional
-        The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
-    l2, init_scale : float
-        Penalty on ``||W^V||_F^2``; standard deviation of the initial ``W^V``.
-    W_star : ndarray, shape (D, D), optional
-        An exact optimum, for ``"rel_error"`` (relative Frobenius distance on the word block).
+        Sizes, document length, masking and key convention; ``changes`` among
+        :data:`SWEEP_PARAMETERS` (``doc_len=16``, ...) change it, so :func:`sweep_axes` can vary them.
+    dirichlet_alpha : float, optional
+        Switches to :class:`~topicmech.data.LDATopicModel` data (the setting's ``topics_per_doc``
+        is then not used).
+    lr, steps, anneal_steps : optional
+        Given ``lr`` and ``steps``, the run is ``steps`` steps at ``lr`` then ``anneal_steps``
+        (default 0) at ``lr / 10``; without them it runs the defaults of
+        :func:`~topicmech.stage1.train_value_matrix`.
+    l2, init_scale, batch_size
+        Ridge weight (also of the exact squared-loss optimum), initial scale, documents per step.
     return_matrix : bool
         Also return the trained ``"W_V"``.
 
@@ -109,62 +110,13 @@ def stage1_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = 
     -------
     summary : dict
         ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"mask_col"``,
-        ``"final_loss"`` (last 10% of steps, without L2), optionally ``"rel_error"`` and ``"W_V"``.
+        ``"final_loss"`` (last 10% of steps, without L2), ``"rel_error"`` (relative Frobenius distance
+        of the word block to ``W*``), ``"exact_diag"``, ``"exact_same_topic"``, ``"exact_diff_topic"``,
+        ``"exact_topic_gap"``, ``"exact_diag_excess"``, optionally ``"W_V"``.
     """
-    topic_model = _check_run(setting, topic_model, loss, optimizer)
-    if anneal_steps is None:
-        anneal_steps = -1 if steps is None else 0                  # -1: half the derived steps, set below
-    elif isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
-        raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
-    l2 = check_float("l2", l2, positive=False)
-    if optimizer == "adam":
-        lr = ADAM_LR if lr is None else lr
-        steps = 400 if steps is None else steps
-    elif lr is None or steps is None:
-        lam_min, lam_max = stage1.sigma_range(setting, topic_model=topic_model, needs="lr and steps")
-        curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
-        if lr is None:
-            lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
-        if steps is None:
-            steps = max(200, math.ceil(math.log(100.0) * curv / (2.0 * float(lr) * (lam_min + curv * l2))))
-    steps = check_positive_int("steps", steps)
-    if anneal_steps < 0:
-        anneal_steps = steps // 2
-    model = OneLayerTransformer(topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned",
-                                head="identity", attend_to_masked=setting.attend_to_masked, init_scale=init_scale,
-                                seed=seed)
-    common = dict(batch_size=batch_size, doc_len=setting.doc_len, loss=loss, optimizer=optimizer, l2=l2,
-                  **setting.masking.as_dict())
-    losses = list(train(model, topic_model, steps=steps, lr=lr, seed=1000 + seed, **common).loss)
-    if anneal_steps:
-        losses += train(model, topic_model, steps=int(anneal_steps), lr=float(lr) / 10.0, seed=500_000 + seed,
-                        **common).loss
-    W = model.W_V.detach().double().cpu().numpy()                                  # (D, D)
-    out: dict[str, Any] = _summarise_value(W, topic_model.topic_of_word)
-    out["final_loss"] = _tail_loss(losses)
-    if W_star is not None:
-        ref = np.asarray(W_star, dtype=np.float64)
-        if ref.shape != W.shape:
-            raise ValueError(f"W_star must have shape {W.shape}, got {ref.shape}")
-        V = topic_model.vocab_size
-        out["rel_error"] = float(np.linalg.norm(W[:V, :V] - ref[:V, :V]) / np.linalg.norm(ref[:V, :V]))
-    if return_matrix:
-        out["W_V"] = W
-    return out
-
-
-def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None = None, l2: float = 0.0,
-                 **kwargs: Any) -> dict[str, Any]:
-    """One stage-1 sweep point: build the data, train ``W^V`` (:func:`stage1_run`), compare with the exact optimum.
-
-    Keywords among :data:`SWEEP_PARAMETERS` (``doc_len=16``, ...) change ``setting`` (so
-    :func:`sweep_axes` can vary them), the others go to :func:`stage1_run`. ``dirichlet_alpha``
-    switches to :class:`~topicmech.data.LDATopicModel` data (the setting's ``topics_per_doc`` is
-    then not used). The masking, the convention and ``l2`` go to training and to the exact
-    squared-loss optimum. Returns the summary of :func:`stage1_run` (with ``"rel_error"``) and
-    ``"exact_diag"``, ``"exact_same_topic"``, ``"exact_diff_topic"``, ``"exact_topic_gap"``, ``"exact_diag_excess"``.
-    """
-    s, train_kwargs = _split_changes(setting, dict(kwargs))
+    s, rest = _split_changes(setting, dict(changes))
+    if rest:
+        raise ValueError(f"unknown parameters {sorted(rest)}; parameters: {SWEEP_PARAMETERS}")
     args = (s.doc_len, s.p_m, s.p_c, s.p_r, s.attend_to_masked)
     if dirichlet_alpha is not None:
         data: TopicModel | None = LDATopicModel(s.num_topics, s.words_per_topic, dirichlet_alpha)
@@ -172,8 +124,29 @@ def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None =
     else:
         data = None
         W_star = theory.optimal_value_matrix(s.num_topics, s.words_per_topic, s.topics_per_doc, *args, l2=l2)
-    data = topic_model_for(s, data)
-    out = stage1_run(seed, setting=s, topic_model=data, l2=l2, W_star=W_star, **train_kwargs)
+    data = _check_run(s, data, loss, optimizer)
+    if (lr is None) != (steps is None):
+        raise ValueError(f"give both lr and steps, or neither (the defaults), got lr={lr!r}, steps={steps!r}")
+    phases = data_seeds = None
+    if lr is not None:
+        steps = check_positive_int("steps", steps)
+        anneal_steps = 0 if anneal_steps is None else anneal_steps
+        if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
+            raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
+        phases = [(steps, lr), (int(anneal_steps), float(lr) / 10.0)][:2 if anneal_steps else 1]
+        data_seeds = [offset + seed for offset in STAGE1_SEED_OFFSETS][:len(phases)]
+    elif anneal_steps is not None:
+        raise ValueError("anneal_steps needs lr and steps")
+    run = stage1.train_value_matrix(s, topic_model=data, loss=loss, optimizer=optimizer, phases=phases,
+                                    batch_size=batch_size, l2=l2, init_scale=init_scale, seed=seed,
+                                    data_seeds=data_seeds)
+    W = run.W_V                                                                    # (D, D)
+    out: dict[str, Any] = _summarise_value(W, data.topic_of_word)
+    out["final_loss"] = _tail_loss(run.loss)
+    V = data.vocab_size
+    out["rel_error"] = float(np.linalg.norm(W[:V, :V] - W_star[:V, :V]) / np.linalg.norm(W_star[:V, :V]))
+    if return_matrix:
+        out["W_V"] = W
     exact = _summarise_value(W_star, data.topic_of_word)
     out.update({f"exact_{k}": exact[k] for k in _SUMMARY_KEYS})
     return out
@@ -249,7 +222,8 @@ def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | N
     d_model : int, optional
         Dimension of learned embeddings (default ``D``).
     lr : float, optional
-        Adam :data:`ADAM_LR`; SGD with one-hot embeddings as in :func:`stage1_run`; SGD with
+        Adam :data:`ADAM_LR`; SGD with one-hot embeddings ``0.5 / lambda_max`` (``2 / lambda_max`` for
+        cross-entropy, :func:`topicmech.stage1.sigma_range`); SGD with
         learned embeddings has no rule (the tied loss is quartic in ``W_E``): pass ``lr``.
     heldout : (inputs, selected), optional
         Where attention is read; default 128 clean documents (:func:`topicmech.data.heldout_batch`).
