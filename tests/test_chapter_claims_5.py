@@ -44,7 +44,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import stage2
+from topicmech import stage2, traces
 from topicmech import theory as th
 
 SETTING = stage2.Stage2Setting.quick(attend_to_masked=False)   # hidden keys, as the chapter
@@ -127,7 +127,7 @@ def test_stage2_training_both_conventions(seed):
     topic = data.topic_of_word
     heldout = _held_out(seed)
     exact = stage2.hidden_key_gradient(T, v, tau, N, MASKING.mask_prob, MASKING.keep_prob)
-    rate_pred = stage2.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
+    rate_pred = traces.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
 
     # hidden keys (the authors' convention)
     model, hist = stage2.run_stage2(SETTING, seed=seed)
@@ -138,7 +138,7 @@ def test_stage2_training_both_conventions(seed):
     assert abs(att.self_ / att.same_topic - 1) < 0.15, att        # self ~ same topic
     assert abs(att.same_word / att.same_topic - 1) < 0.15, att    # same word ~ same topic
     contrast = hist.probe("same_topic")
-    rate_fit = stage2.fitted_growth_rate(hist.probe_step, contrast)
+    rate_fit = traces.growth_rate(hist.probe_step, contrast)
     assert abs(rate_fit / rate_pred - 1) < 0.2, (rate_fit, rate_pred)
     assert contrast[-1] > 1.0
     inputs, selected = tm.bert_mask(heldout, V, **MASKING.as_dict(),

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, embeddings, stage1, stage2, sweeps, theory
+from topicmech import dynamics, embeddings, stage1, stage2, sweeps, theory, traces
 from topicmech.data import TopicModel
 
 # (T, v, tau, N, p_m): none of them is a setting of the book
@@ -248,7 +248,7 @@ def test_stage2_default_lr_inverts_the_predicted_rate():
     for T, v, tau, N, pm in SETTINGS.values():
         s = stage2.Stage2Setting(tm.Setting(T, v, tau, N, masking=tm.Masking(mask_prob=pm), attend_to_masked=False))
         lam = stage2.stage2_drive(T, v, tau, N, pm)
-        assert stage2.predicted_growth_rate(s.lr, lam, T * v + 1) == pytest.approx(stage2.TARGET_GROWTH_RATE)
+        assert traces.predicted_growth_rate(s.lr, lam, T * v + 1) == pytest.approx(stage2.TARGET_GROWTH_RATE)
     quick = tm.Setting.stage2_quick(attend_to_masked=False)
     with pytest.raises(ValueError, match="lr"):
         stage2.Stage2Setting(quick.replace(topics_per_doc=1))
@@ -265,7 +265,7 @@ def test_stage2_default_lr_gives_the_target_growth(name):
     _, hist = stage2.run_stage2(s, seed=0)
     assert np.isfinite(hist.loss).all()
     topic = hist.probe("same_topic")
-    rate = stage2.fitted_growth_rate(hist.probe_step, topic)
+    rate = traces.growth_rate(hist.probe_step, topic)
     # measured 0.028-0.030 against the target 0.03
     assert abs(rate / stage2.TARGET_GROWTH_RATE - 1) < 0.25, rate
     assert topic[-1] > 1.0                                                 # measured >= 1.99

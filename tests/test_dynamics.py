@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import Masking, Setting, dynamics, probes, theory
+from topicmech import Masking, Setting, dynamics, probes, theory, traces
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, heldout_batch
 from topicmech.model import OneLayerTransformer
 from topicmech.train import History, mlm_loss
@@ -165,12 +165,12 @@ def test_gradient_scaling_rejects_bad_scales():
 
 def test_loglog_slope_recovers_a_power_law():
     x = np.array([1e-3, 1e-2, 1e-1, 1.0])
-    assert dynamics.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
-    assert dynamics.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
+    assert traces.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
+    assert traces.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="positive"):
-        dynamics.loglog_slope(x, -x)
+        traces.loglog_slope(x, -x)
     with pytest.raises(ValueError, match="same length"):
-        dynamics.loglog_slope(x, x[:2])
+        traces.loglog_slope(x, x[:2])
 
 
 # ---- stage timing ---------------------------------------------------------------------------
@@ -180,29 +180,29 @@ def test_closing_step_uses_the_plateau_by_default():
     steps = np.arange(0, 100, 10)
     gap = np.array([1.0, 0.6, 0.35, 0.31, 0.3, 0.32, 0.3, 0.31, 0.29, 0.3])
     # plateau 0.29: threshold 0.29 + 0.1 * 0.71 = 0.361 -> first at step 20
-    assert dynamics.closing_step(steps, gap) == 20
-    assert dynamics.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
-    assert dynamics.closing_step(steps, np.ones(10)) == 0
+    assert traces.closing_step(steps, gap) == 20
+    assert traces.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
+    assert traces.closing_step(steps, np.ones(10)) == 0
     with pytest.raises(ValueError, match="never closes"):
-        dynamics.closing_step(steps, gap, target=0.0)
+        traces.closing_step(steps, gap, target=0.0)
     with pytest.raises(ValueError, match="fraction"):
-        dynamics.closing_step(steps, gap, fraction=0.0)
+        traces.closing_step(steps, gap, fraction=0.0)
     with pytest.raises(ValueError, match="same"):
-        dynamics.closing_step(steps[:3], gap)
+        traces.closing_step(steps[:3], gap)
 
 
 def test_reaching_step_references():
     steps = np.arange(6) * 100
     trace = np.array([0.0, 0.05, 0.2, 1.0, 2.0, 1.0])
-    assert dynamics.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
-    assert dynamics.reaching_step(steps, trace, 0.1, reference="max") == 200
-    assert dynamics.reaching_step(steps, trace, 0.5, reference="max") == 300
-    assert dynamics.reaching_step(steps, trace, 0.1, reference=0.4) == 100
-    assert dynamics.reaching_step(steps, -trace, 0.1) is None         # never rises
+    assert traces.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
+    assert traces.reaching_step(steps, trace, 0.1, reference="max") == 200
+    assert traces.reaching_step(steps, trace, 0.5, reference="max") == 300
+    assert traces.reaching_step(steps, trace, 0.1, reference=0.4) == 100
+    assert traces.reaching_step(steps, -trace, 0.1) is None         # never rises
     with pytest.raises(ValueError, match="reference"):
-        dynamics.reaching_step(steps, trace, 0.1, reference="last")
+        traces.reaching_step(steps, trace, 0.1, reference="last")
     with pytest.raises(ValueError, match="finite"):
-        dynamics.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
+        traces.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
 
 
 def test_stage_times_on_a_synthetic_history():
@@ -220,11 +220,11 @@ def test_stage_times_on_a_synthetic_history():
 def test_growth_rate_of_an_exponential():
     steps = np.arange(0, 1000, 10)
     trace = 1e-3 * np.exp(0.004 * steps)
-    assert dynamics.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
+    assert traces.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
     with pytest.raises(ValueError, match="never reaches"):
-        dynamics.growth_rate(steps, trace, 1e3, 1e4)
+        traces.growth_rate(steps, trace, 1e3, 1e4)
     with pytest.raises(ValueError, match="low < high"):
-        dynamics.growth_rate(steps, trace, 0.5, 0.01)
+        traces.growth_rate(steps, trace, 0.5, 0.01)
 
 
 def test_topic_growth_eigenvalue_of_a_block_matrix():
@@ -236,12 +236,11 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
     # the eigenvalue really is the action of -G on a topic contrast
     x = np.where(TOPIC.numpy() == 0, 1.0, 0.0) - np.where(TOPIC.numpy() == 1, 1.0, 0.0)
     np.testing.assert_allclose(-G @ x, lam * x)
-    assert dynamics.predicted_growth_rate(G, 2.0, 16, topic_of_word=TOPIC) == pytest.approx(2 * 2.0 * lam / 4)
-    assert dynamics.predicted_growth_rate(np.diag([3.0, -1.0]), 1.0, 4) == pytest.approx(3.0)
+    assert traces.predicted_growth_rate(2.0, probes.topic_growth_eigenvalue(G, TOPIC), 16) == pytest.approx(2 * 2.0 * lam / 4)
     with pytest.raises(ValueError, match="lr"):
-        dynamics.predicted_growth_rate(G, 0.0, 16)
-    with pytest.raises(ValueError, match="square"):
-        dynamics.predicted_growth_rate(np.zeros((2, 3)), 1.0, 4)
+        traces.predicted_growth_rate(0.0, lam, 16)
+    with pytest.raises(ValueError, match="topic_of_word"):
+        probes.topic_growth_eigenvalue(np.zeros((3, 3)), np.zeros(3, dtype=int))
 
 
 # ---- a short tracked run --------------------------------------------------------------------
@@ -420,8 +419,8 @@ def test_sgd_with_visible_keys_keeps_two_stages_but_prefers_the_word_itself(sgd_
 def test_sgd_stage_two_grows_at_the_predicted_rate(sgd_hidden):
     W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
     G = theory.key_query_gradient(W_star, T, v, tau, N, num_docs=20_000, attend_to_masked=False, seed=3)
-    pred = dynamics.predicted_growth_rate(G, 10.0, D, topic_of_word=TOPIC)
-    measured = sgd_hidden.values(lambda r: dynamics.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
+    pred = traces.predicted_growth_rate(10.0, probes.topic_growth_eigenvalue(G, TOPIC), D)
+    measured = sgd_hidden.values(lambda r: traces.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
     assert np.all(np.abs(measured / pred - 1) < 0.25), (measured, pred)           # measured within 8%
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import Setting, stage2
+from topicmech import Setting, stage2, traces
 from topicmech import theory as th
 from topicmech.data import SimplifiedTopicModel, bert_mask
 
@@ -31,7 +31,7 @@ def test_setting_presets_and_validation():
     for c in (q, f):
         s = c.setting
         lim = th.key_query_gradient_limit(s.T, s.v, s.tau, s.p_c)
-        rates.append(stage2.predicted_growth_rate(c.lr, s.V * lim["diff_topic"], s.D))
+        rates.append(traces.predicted_growth_rate(c.lr, s.V * lim["diff_topic"], s.D))
     assert 0.025 < min(rates) and max(rates) < 0.04, rates
     for bad in (dict(lr=0.0), dict(lr=float("nan")), dict(steps=0), dict(topics_per_doc=9), dict(doc_len=1),
                 dict(keep_prob=0.7, random_prob=0.5), dict(init_scale=-1.0), dict(batch_size=True),
@@ -123,20 +123,22 @@ def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
 
 
 def test_growth_rates():
-    assert stage2.predicted_growth_rate(100.0, 1e-3, 25) == pytest.approx(2 * 100 * 1e-3 / 5)
+    assert traces.predicted_growth_rate(100.0, 1e-3, 25) == pytest.approx(2 * 100 * 1e-3 / 5)
     steps = np.arange(0, 200, 10)
     vals = 1e-3 * np.exp(0.03 * steps)
     vals[0] = 5e-3                                           # an initial transient below lo is skipped
-    assert stage2.fitted_growth_rate(steps, vals) == pytest.approx(0.03, rel=1e-9)
-    for bad in (dict(lo=0.3, hi=0.02), dict(lo=-1.0)):
+    assert traces.growth_rate(steps, vals) == pytest.approx(0.03, rel=1e-9)
+    for bad in (dict(low=0.3, high=0.02), dict(low=-1.0)):
         with pytest.raises(ValueError):
-            stage2.fitted_growth_rate(steps, vals, **bad)
+            traces.growth_rate(steps, vals, **bad)
     with pytest.raises(ValueError):
-        stage2.fitted_growth_rate(steps, np.full(steps.shape, 1e-4))   # never reaches lo
+        traces.growth_rate(steps, np.full(steps.shape, 1e-4))   # never reaches lo
     with pytest.raises(ValueError):
-        stage2.fitted_growth_rate(steps[:3], vals)
+        traces.growth_rate(steps[:3], vals)
     with pytest.raises(ValueError):
-        stage2.predicted_growth_rate(0.0, 1e-3, 25)
+        traces.predicted_growth_rate(0.0, 1e-3, 25)
+    with pytest.raises(ValueError, match="eigenvalue"):
+        traces.predicted_growth_rate(1.0, float("nan"), 25)
 
 
 def test_mask_query_attention_uniform_pattern_is_one():

@@ -33,18 +33,17 @@ from .probes import (
     block_means,
     relation_reader,
     topic_contrasts,
-    topic_growth_eigenvalue,
 )
 from .setting import Setting
 from .stage1 import SAFE_FRACTION, sigma_range
+from .traces import closing_step, loglog_slope, reaching_step
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import as_float64, check_positive_int, check_seeds, map_seeded
+from .utils import check_positive_int, check_seeds, map_seeded
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "attention_stats", "standard_probes", "gradient_norms",
-    "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
-    "stage_times", "growth_rate", "predicted_growth_rate", "JointRun", "train_joint",
+    "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
     "run_summary", "plot_tracked", "plot_attention", "Sweep", "run_seeds", "run_grid",
 ]
 
@@ -52,7 +51,6 @@ __all__ = [
 ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_topic")
 
 _Loss = Literal["squared", "cross_entropy"]
-_Trace = Sequence[float] | np.ndarray
 
 
 def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
@@ -201,69 +199,6 @@ def gradient_scaling(
     return GradientScaling(scales, norms, {k: loglog_slope(scales, v) for k, v in norms.items()})
 
 
-def loglog_slope(x: _Trace, y: _Trace) -> float:
-    """Least-squares slope ``p`` of ``log y`` against ``log x`` (``y ~ x^p``), for positive 1-D ``x``, ``y``."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.shape != ys.shape or xs.ndim != 1 or xs.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {xs.shape} and {ys.shape}")
-    if np.any(xs <= 0) or np.any(ys <= 0):
-        raise ValueError("x and y must be positive for a log-log slope")
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-def _trace(steps: _Trace, values: _Trace, fraction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    s, v = np.asarray(steps), np.asarray(values, dtype=float)
-    if s.ndim != 1 or v.ndim != 1 or s.shape != v.shape or s.size == 0:
-        raise ValueError(f"steps and values must be 1-D, non-empty, of the same length, got {s.shape}, {v.shape}")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("values must be finite")
-    if fraction is not None and not (0.0 < float(fraction) <= 1.0):
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-    return s, v
-
-
-def closing_step(steps: _Trace, values: _Trace, fraction: float = 0.9, target: float | None = None) -> int:
-    """First step at which a shrinking trace (e.g. ``"value_gap"``) has closed ``fraction`` of its gap to ``target``.
-
-    The threshold is ``target + (1 - fraction) * (values[0] - target)``, ``0 < fraction <= 1``
-    (``steps[0]`` if the trace starts at or below it). ``target`` defaults to ``min(values)``, the
-    plateau actually reached (under SGD noise the gap never reaches 0); the minimum makes the
-    step conservative (late).
-    """
-    s, v = _trace(steps, values, fraction)
-    f = float(fraction)
-    t = float(v.min()) if target is None else float(target)
-    hit = np.nonzero(v <= t + (1.0 - f) * (v[0] - t))[0]
-    if hit.size == 0:
-        raise ValueError(f"the trace never closes {f:.0%} of its gap to target={t!r}")
-    return int(s[hit[0]])
-
-
-def reaching_step(
-    steps: _Trace, values: _Trace, fraction: float = 0.1, reference: Literal["final", "max"] | float = "final",
-) -> int | None:
-    """First step at which a growing trace (e.g. ``"attn_contrast"``) has covered ``fraction`` of its rise.
-
-    The threshold is ``values[0] + fraction * (ref - values[0])``, ``0 < fraction <= 1``, with
-    ``ref`` given by ``reference``: ``"final"``, the last value (a run stopped before
-    saturation gives an earlier step), ``"max"``, the largest value, or a float. None when the
-    trace never rises above its start.
-    """
-    s, v = _trace(steps, values, fraction)
-    if reference == "final":
-        ref = float(v[-1])
-    elif reference == "max":
-        ref = float(v.max())
-    elif isinstance(reference, (int, float)) and not isinstance(reference, bool):
-        ref = float(reference)
-    else:
-        raise ValueError(f"reference must be 'final', 'max' or a float, got {reference!r}")
-    if not ref > v[0]:
-        return None
-    hit = np.nonzero(v >= v[0] + float(fraction) * (ref - v[0]))[0]
-    return int(s[hit[0]]) if hit.size else None
-
-
 @dataclass(frozen=True)
 class StageTimes:
     """When each stage happens: ``W^V`` has closed ``value_fraction`` of its gap at ``value_step``.
@@ -292,7 +227,8 @@ def stage_times(
 ) -> StageTimes:
     """Stage times of a run tracked with :func:`standard_probes`.
 
-    :func:`closing_step` of ``value_probe`` at ``value_fraction`` and :func:`reaching_step` of
+    :func:`topicmech.traces.closing_step` of ``value_probe`` at ``value_fraction`` and
+    :func:`topicmech.traces.reaching_step` of
     ``attention_probe`` at ``attention_fraction`` with ``reference``.
     """
     if not isinstance(history, History):
@@ -301,44 +237,6 @@ def stage_times(
     return StageTimes(closing_step(steps, history.probe(value_probe), value_fraction),
                       reaching_step(steps, history.probe(attention_probe), attention_fraction, reference),
                       value_fraction, attention_fraction)
-
-
-def growth_rate(steps: _Trace, values: _Trace, low: float, high: float) -> float:
-    """Growth rate per step: slope of ``log(values)`` over the first window where ``low <= values <= high``.
-
-    The window runs from the first value ``>= low`` (``0 < low < high``) to the last ``<= high`` after it.
-    """
-    s, v = _trace(steps, values)
-    if not (0 < low < high):
-        raise ValueError(f"need 0 < low < high, got low={low!r}, high={high!r}")
-    start = np.nonzero(v >= low)[0]
-    if start.size == 0:
-        raise ValueError(f"the trace never reaches low={low!r}")
-    i0 = int(start[0])
-    above = np.nonzero(v[i0:] > high)[0]
-    i1 = i0 + (int(above[0]) if above.size else v.size - i0)
-    if i1 - i0 < 2:
-        raise ValueError(f"fewer than two points between low={low!r} and high={high!r}")
-    return float(np.polyfit(s[i0:i1].astype(float), np.log(v[i0:i1]), 1)[0])
-
-
-def predicted_growth_rate(
-    G: np.ndarray | torch.Tensor, lr: float, d_model: int, topic_of_word: torch.Tensor | np.ndarray | None = None,
-) -> float:
-    """Stage-2 growth rate ``2 lr sigma / sqrt(d)`` per step of ``A = W_K^T W_Q / sqrt(d)`` under plain SGD.
-
-    ``G = dL/dA`` at uniform attention (e.g. :func:`topicmech.theory.key_query_gradient`);
-    ``sigma`` is :func:`topicmech.probes.topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
-    value of ``-G``. ``W_K``, ``W_Q`` grow like ``exp(lr sigma t / sqrt(d))``, their product twice as fast.
-    """
-    g = as_float64(G)
-    if g.ndim != 2 or g.shape[0] != g.shape[1]:
-        raise ValueError(f"G must be a square matrix, got shape {g.shape}")
-    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
-    d = check_positive_int("d_model", d_model)
-    sigma = float(np.linalg.norm(g, 2)) if topic_of_word is None else topic_growth_eigenvalue(g, topic_of_word)
-    return 2.0 * float(lr) * sigma / math.sqrt(d)
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Stage 2: ``W^V`` frozen at its stage-1 form, ``W^K`` and ``W^Q`` trained (chapter 5 and its appendix).
 
 :class:`Stage2Setting` holds the chapter's settings, :func:`run_stage2` trains, :func:`gradient_summary`
-and :func:`hidden_key_gradient` give the Monte-Carlo and exact ``G = dL/dA``,
-:func:`predicted_growth_rate` and :func:`fitted_growth_rate` the initial exponential growth of
-``A = W_K^T W_Q / sqrt(d)``. ``A[key_token, query_token]``; ``G`` has the same orientation.
+and :func:`hidden_key_gradient` give the Monte-Carlo and exact ``G = dL/dA``;
+:func:`topicmech.traces.predicted_growth_rate` and :func:`topicmech.traces.growth_rate` give the
+initial exponential growth of ``A = W_K^T W_Q / sqrt(d)``. ``A[key_token, query_token]``; ``G`` has the same orientation.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .utils import check_float, check_masking, check_positive_int
 
 __all__ = [
     "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_drive", "stage2_model", "run_stage2", "GradientSummary",
-    "gradient_summary", "hidden_key_gradient", "predicted_growth_rate", "fitted_growth_rate", "MaskQueryAttention",
+    "gradient_summary", "hidden_key_gradient", "MaskQueryAttention",
     "mask_query_attention",
 ]
 
@@ -120,7 +120,7 @@ def default_stage2_lr(num_topics: int, words_per_topic: int, topics_per_doc: int
                       mask_prob: float = 0.15, keep_prob: float = 0.1, target_rate: float = TARGET_GROWTH_RATE) -> float:
     """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
 
-    Inverts :func:`predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
+    Inverts :func:`topicmech.traces.predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
     ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
     shrinks quickly with the vocabulary. Raises ValueError where it is not positive
     (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
@@ -300,43 +300,6 @@ def stage2_drive(num_topics: int, words_per_topic: int, topics_per_doc: int, doc
     """
     g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
     return float(-((g["same_word"] - g["same_topic"]) + words_per_topic * (g["same_topic"] - g["diff_topic"]))) + 0.0
-
-
-def predicted_growth_rate(lr: float, topic_eigenvalue: float, d_model: int) -> float:
-    """Initial e-folding rate ``2 lr lambda / sqrt(d)`` per SGD step of the topic contrast of ``A = W_K^T W_Q / sqrt(d)``.
-
-    With ``-G`` acting as ``lambda`` (``topic_eigenvalue``, e.g. :attr:`GradientSummary.topic_eigenvalue`)
-    on topic contrasts, ``W_K a`` and ``W_Q a`` feed each other, so ``a^T A a`` grows by
-    ``(1 + lr lambda / sqrt(d))^2`` per step; ``d_model`` is ``d`` (``D`` for one-hot embeddings).
-    """
-    lr = _check_float("lr", lr)
-    lam = _check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
-    return 2.0 * lr * lam / math.sqrt(check_positive_int("d_model", d_model))
-
-
-def fitted_growth_rate(steps: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray,
-                       lo: float = 0.02, hi: float = 0.3) -> float:
-    """Least-squares slope (per step) of ``log(values)`` against ``steps`` while the values first rise from ``lo`` to ``hi``.
-
-    The window (the exponential phase) runs from the first value ``>= lo`` to before the first
-    later value ``> hi``, ``0 < lo < hi``; fewer than 3 points there raise ValueError.
-    ``values`` is e.g. the ``"same_topic"`` probe of :func:`run_stage2`.
-    """
-    s, y = np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
-    if s.ndim != 1 or s.shape != y.shape:
-        raise ValueError(f"steps and values must be 1-D of equal length, got shapes {s.shape} and {y.shape}")
-    lo, hi = _check_float("lo", lo), _check_float("hi", hi)
-    if lo >= hi:
-        raise ValueError(f"lo must be < hi, got lo={lo!r}, hi={hi!r}")
-    start = np.flatnonzero(y >= lo)
-    if start.size == 0:
-        raise ValueError(f"values never reach lo={lo}")
-    i0 = int(start[0])
-    above = np.flatnonzero(y[i0:] > hi)
-    i1 = i0 + (int(above[0]) if above.size else y.size - i0)
-    if i1 - i0 < 3 or np.any(y[i0:i1] <= 0):
-        raise ValueError(f"the window [{lo}, {hi}] holds {i1 - i0} positive points; need at least 3")
-    return float(np.polyfit(s[i0:i1], np.log(y[i0:i1]), 1)[0])
 
 
 @dataclass(frozen=True)
