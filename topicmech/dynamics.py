@@ -39,7 +39,7 @@ from .stage1 import SAFE_FRACTION, sigma_range
 from .traces import closing_step, loglog_slope, reaching_step
 from .train import History, mlm_loss
 from .train import train as _train
-from .utils import check_positive_int, check_seeds, map_seeded
+from .utils import check_matrix, check_positive_int, check_seeds, map_seeded
 
 __all__ = [
     "ATTENTION_FIELDS", "value_gap", "attention_stats", "standard_probes", "gradient_norms",
@@ -54,11 +54,7 @@ _Loss = Literal["squared", "cross_entropy"]
 
 
 def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
-    try:
-        x = x if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
-        return torch.as_tensor(x).detach().double().cpu()
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array, got {type(x).__name__}") from None
+    return torch.from_numpy(check_matrix(name, x))
 
 
 def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mask_column: bool = False) -> float:

@@ -20,8 +20,9 @@ import torch
 from . import theory as th
 from .data import TopicModel
 from .model import OneLayerTransformer
+from .probes import relation_masks
 from .train import History, train
-from .utils import as_float64, check_positive_int, spawn_seeds
+from .utils import as_float64, check_matrix, check_positive_int, spawn_seeds
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "train_in_phases", "topic_spread", "TopicCosines",
@@ -37,6 +38,7 @@ SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1
 
 
 def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> np.ndarray:
+    # used only by tied_embedding_blocks, which moves to topicmech.theory (then delete this)
     a = as_float64(x)
     if a.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {a.shape}")
@@ -131,7 +133,7 @@ def topic_spread(W_E: torch.Tensor | np.ndarray, words_per_topic: int) -> float:
     every topic's embeddings average to 0. ``W_E`` has shape ``(d, V)`` or ``(d, V + 1)``
     (the ``[MASK]`` column is ignored).
     """
-    E = _as_array(W_E, "W_E")
+    E = check_matrix("W_E", W_E)
     V, v = _check_words(E.shape[1], words_per_topic)
     Ew = E[:, :V]                                                    # (d, V)
     means = Ew.reshape(E.shape[0], V // v, v).mean(axis=2)           # (d, T)
@@ -153,23 +155,21 @@ class TopicCosines(NamedTuple):
 
 def topic_cosines(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> TopicCosines:
     """Cosines ``G_ab / sqrt(G_aa G_bb)`` of word embeddings from ``gram = W_E^T W_E`` (``[MASK]`` ignored)."""
-    G = _as_array(gram, "gram", square=True)
+    G = check_matrix("gram", gram, square=True)
     V, v = _check_words(G.shape[0], words_per_topic)
     Gw = G[:V, :V]
     norms = np.sqrt(np.clip(np.diag(Gw), 0.0, None))                # (V,)
     if np.any(norms == 0.0):
         raise ValueError("gram has a word with a zero embedding; cosines are undefined")
     cos = Gw / np.outer(norms, norms)                                # (V, V)
-    topic = np.arange(V) // v
-    same = (topic[:, None] == topic[None, :]) & ~np.eye(V, dtype=bool)
-    diff = topic[:, None] != topic[None, :]
+    _, same, diff = relation_masks(np.arange(V) // v)               # distinct same-topic pairs, other topics
     return TopicCosines(*(float(f(cos[m])) if m.any() else math.nan
                           for m, f in ((same, np.min), (same, np.mean), (diff, np.mean), (diff, np.max))))
 
 
 def normalized_gram(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> np.ndarray:
     """Gram matrix divided by the mean squared norm of the word embeddings (one colour scale across losses)."""
-    G = _as_array(gram, "gram", square=True)
+    G = check_matrix("gram", gram, square=True)
     V, _ = _check_words(G.shape[0], words_per_topic)
     scale = float(np.mean(np.diag(G)[:V]))
     if not scale > 0:
@@ -320,16 +320,15 @@ def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words
     matrix: the authors' frequency-weighted gap, ``lam_topic / v`` for a symmetric matrix,
     unchanged by adding a constant.
     """
-    G = _as_array(matrix, "matrix", square=True)
+    G = check_matrix("matrix", matrix, square=True)
     T = check_positive_int("num_topics", num_topics)
     V, v = _check_words(G.shape[0], words_per_topic)
     if T < 2 or V != T * v:
         raise ValueError(f"need num_topics >= 2 and num_topics * words_per_topic equal to the {V} word columns, "
                          f"got num_topics={T}, words_per_topic={v}")
     Gw = G[:V, :V]
-    topic = np.arange(V) // v
-    same = topic[:, None] == topic[None, :]
-    return float(Gw[same].mean() - Gw[~same].mean())
+    _, _, diff = relation_masks(np.arange(V) // v)
+    return float(Gw[~diff].mean() - Gw[diff].mean())
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from .model import OneLayerTransformer
 from .setting import Setting
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
 from .train import History, train
-from .utils import as_float64, check_float, check_positive_int, check_seed
+from .utils import check_float, check_matrix, check_positive_int, check_seed
 
 __all__ = [
     "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
@@ -272,13 +272,6 @@ def train_value_matrix(
     )
 
 
-def _as_float64(matrix: np.ndarray | torch.Tensor, shape: tuple[int, int] | None = None) -> np.ndarray:
-    M = np.array(as_float64(matrix))                                  # a copy: callers change it in place
-    if shape is not None and M.shape != shape:
-        raise ValueError(f"matrix must have shape {shape}, got {M.shape}")
-    return M
-
-
 def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topics: int, words_per_topic: int) -> np.ndarray:
     """Orbit means of ``matrix`` (shape ``(D, D)``) minus ``exact`` (e.g. :func:`topicmech.theory.value_block_coefficients`).
 
@@ -287,7 +280,7 @@ def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topi
     errors : ndarray, shape (4,)
         Diagonal, same topic, different topic and ``[MASK]`` column.
     """
-    m = orbit_means(_as_float64(matrix), num_topics, words_per_topic)
+    m = orbit_means(check_matrix("matrix", matrix), num_topics, words_per_topic)
     return np.array([m.diag - exact.diag, m.same_topic - exact.same_topic,
                      m.diff_topic - exact.diff_topic, m.mask_col - exact.mask_col])
 
@@ -300,7 +293,7 @@ def centre_columns(matrix: np.ndarray | torch.Tensor, vocab_size: int) -> np.nda
     The ``[MASK]`` output row is left as is.
     """
     V = check_positive_int("vocab_size", vocab_size)
-    M = _as_float64(matrix, (V + 1, V + 1))
+    M = check_matrix("matrix", matrix, shape=(V + 1, V + 1))
     M[:V] -= M[:V].mean(axis=0, keepdims=True)  # (V, D) minus (1, D)
     return M
 
@@ -331,7 +324,7 @@ def column_topic_margin(matrix: np.ndarray | torch.Tensor, num_topics: int, word
     if T < 2:
         raise ValueError(f"num_topics must be >= 2 for a different-topic entry, got {num_topics!r}")
     V = T * v
-    W = _as_float64(matrix, (V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
+    W = check_matrix("matrix", matrix, shape=(V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
     lowest_same = np.stack([W[t, :, t, :] for t in range(T)]).min(axis=1)  # (T, v_in)
     other = np.where(np.eye(T, dtype=bool)[:, None, :, None], -np.inf, W)  # mask the same-topic blocks
     return float((lowest_same - other.max(axis=(0, 1))).min())

@@ -20,7 +20,7 @@ import torch
 from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
-from .probes import topic_contrasts
+from .probes import relation_masks, topic_contrasts
 from .setting import Setting
 from .train import History, train
 from .utils import check_float, check_masking, check_positive_int
@@ -246,7 +246,7 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
     S = Gs.shape[0]
     if S < 2 or Gs.shape[1:] != (D, D):
         raise ValueError(f"gradients must hold at least 2 estimates of shape {(D, D)}, got {Gs.shape}")
-    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in theory._orbit_masks(T, v)], 1)  # (S, 3) orbit means
+    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in relation_masks(np.arange(V) // v)], 1)  # (S, 3)
     mean = orbits.mean(0)
     se = orbits.std(0, ddof=1) / math.sqrt(S)
     ratios = orbits[:, 1] / orbits[:, 2]                               # (S,)
