@@ -65,7 +65,7 @@ def _gradients(W: np.ndarray, attend_to_masked: bool, seed: int, estimates: int 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_hidden_keys(seed):
-    W = SETTING.stage1_value_matrix()
+    W = SETTING.W_star()
     Gs = _gradients(W, False, seed)
     g = stage2.gradient_summary(Gs, T, v)
     exact = stage2.hidden_key_gradient(T, v, tau, N, MASKING.mask_prob, MASKING.keep_prob)
@@ -106,7 +106,7 @@ def test_gradient_without_kept_words_vanishes(seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_visible_keys(seed):
-    Gs = _gradients(SETTING.replace(attend_to_masked=True).stage1_value_matrix(), True, seed)
+    Gs = _gradients(SETTING.replace(attend_to_masked=True).W_star(), True, seed)
     g = stage2.gradient_summary(Gs, T, v)
     assert g.max_column_sum < 1e-12                                # sanity identity
     assert g.same_word + Z * g.same_word_se < g.same_topic - Z * g.same_topic_se

@@ -24,7 +24,7 @@ def test_setting_presets_and_validation():
     q, f = stage2.Stage2Setting.quick(attend_to_masked=False), stage2.Stage2Setting.full(attend_to_masked=False)
     assert (q.setting.T, q.setting.v, q.setting.tau, q.setting.N) == (5, 4, 2, 20)
     assert q.setting.D == 21 and f.setting.D == 101
-    W = q.stage1_value_matrix()
+    W = q.W_star()
     assert W.shape == (21, 21) and np.allclose(W[:, -1], 0) and np.allclose(W[-1], 0)
     # both presets aim at a similar predicted growth rate 2 lr lambda_inf / sqrt(D)
     rates = []
@@ -59,7 +59,7 @@ def test_run_stage2_short_run_records_probes():
     model, hist = stage2.run_stage2(s, seed=1)
     assert hist.probe_step == [0, 5, 10, 15, 20]
     assert set(hist.probes) == {"same_word", "same_topic", "mask_query_spread"}
-    W = s.stage1_value_matrix()
+    W = s.W_star()
     assert torch.allclose(model.W_V.double(), torch.as_tensor(W), atol=1e-6)  # W_V did not move
     with pytest.raises(ValueError):
         stage2.run_stage2("quick")

@@ -102,7 +102,7 @@ class Stage2Setting:
         return SimplifiedTopicModel(self.setting.num_topics, self.setting.words_per_topic,
                                     self.setting.topics_per_doc)
 
-    def stage1_value_matrix(self) -> np.ndarray:
+    def W_star(self) -> np.ndarray:
         """The stage-1 optimum ``W*`` in the setting's convention (:func:`topicmech.theory.optimal_value_matrix`),
         shape ``(D, D)``."""
         s = self.setting
@@ -159,14 +159,14 @@ def run_stage2(config: Stage2Setting, *, seed: int = 0,
     """Stage 2: freeze ``W^V`` at the stage-1 form and train ``W^K, W^Q`` by SGD on fresh documents.
 
     The key convention is ``config.setting``'s. ``seed`` seeds the initialisation, ``10_000 + seed``
-    the documents and masks; ``value_matrix`` defaults to ``config.stage1_value_matrix()``. The history holds the probes
+    the documents and masks; ``value_matrix`` defaults to ``config.W_star()``. The history holds the probes
     ``"same_word"``, ``"same_topic"`` (contrasts of ``A``, :func:`topicmech.probes.topic_contrasts`)
     and ``"mask_query_spread"`` (std of the ``[MASK]``-query column of ``A`` over word keys).
     """
     if not isinstance(config, Stage2Setting):
         raise ValueError(f"config must be a Stage2Setting, got {type(config).__name__}")
     setting = config.setting
-    W = config.stage1_value_matrix() if value_matrix is None else value_matrix
+    W = config.W_star() if value_matrix is None else value_matrix
     model = stage2_model(W, attend_to_masked=setting.attend_to_masked, init_scale=config.init_scale, seed=seed)
     data = config.topic_model()
     topic = data.topic_of_word
