@@ -249,8 +249,8 @@ def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact):
     """SGD from W^V = 0 on fresh documents: boost, topic contrast, gamma and mu on their own scales."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, phases=stage1.SQUARED_PHASES,
-                                    seed=seed, **MASKING)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=si, doc_len=N), phases=stage1.SQUARED_PHASES,
+                                    seed=seed)
     assert_within(relative_errors(run.final_blocks(), exact[si], si), TRAIN_MARGIN, (seed, si))
 
 
@@ -259,8 +259,8 @@ def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, dense):
     """Cross-entropy: same within-column pattern as the squared-loss optimum, no column drift."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, loss="cross_entropy",
-                                    phases=stage1.CROSS_ENTROPY_PHASES, seed=seed, **MASKING)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=si, doc_len=N), loss="cross_entropy",
+                                    phases=stage1.CROSS_ENTROPY_PHASES, seed=seed)
     W = run.W_V
     assert np.abs(W.sum(axis=0)).max() < 1e-3
     assert stage1.column_topic_margin(W, T, V_PER) > 1.0
@@ -278,6 +278,6 @@ def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, de
 def test_ridge_training_reaches_the_ridge_optimum(seed, topic_model):
     """Exercise ex-value-ridge: with l2 = 1e-3 a short run lands on the ridge optimum."""
     predicted = theory.value_block_coefficients(SETTING, l2=1e-3)
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=True, l2=1e-3,
-                                    phases=((250, 30.0), (150, 10.0)), seed=seed, **MASKING)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=True, doc_len=N), l2=1e-3,
+                                    phases=((250, 30.0), (150, 10.0)), seed=seed)
     assert_within(relative_errors(run.final_blocks(), predicted, True), RIDGE_MARGIN, seed)

@@ -17,17 +17,17 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import dynamics, runner, theory
-from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from topicmech import Masking, Setting, dynamics, probes, runner, theory, traces
+from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, heldout_batch
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
-from topicmech.setting import Setting
 from topicmech.train import History
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
 SETTING = Setting(T, v, tau, N, attend_to_masked=True)
 TM = SimplifiedTopicModel(T, v, tau)
+HIDDEN = Setting(T, v, tau, N, attend_to_masked=False)
 D = TM.num_tokens
 TOPIC = TM.topic_of_word
 
@@ -81,26 +81,26 @@ def test_value_gap_rejects_bad_input():
 
 
 def test_heldout_batch_is_fixed_and_clean_by_default():
-    a, sel = dynamics.heldout_batch(TM, 8, N)
-    b, _ = dynamics.heldout_batch(TM, 8, N)
+    a, sel = heldout_batch(TM, 8, N)
+    b, _ = heldout_batch(TM, 8, N)
     assert sel is None and a.shape == (8, N) and torch.equal(a, b)
     assert int(a.max()) < TM.vocab_size                          # no [MASK] in clean documents
-    c, sel_c = dynamics.heldout_batch(TM, 8, N, corrupt=True)
+    c, sel_c = heldout_batch(TM, 8, N, masking=Masking())
     assert sel_c is not None and sel_c.shape == (8, N) and sel_c.dtype == torch.bool
     with pytest.raises(ValueError, match="topic_model"):
-        dynamics.heldout_batch("not a model", 8, N)
+        heldout_batch("not a model", 8, N)
 
 
 def test_uniform_attention_reads_one_in_every_relation():
     model = OneLayerTransformer(D, attention="uniform", attend_to_masked=True)
-    inputs, _ = dynamics.heldout_batch(TM, 32, N)
+    inputs, _ = heldout_batch(TM, 32, N)
     stats = dynamics.attention_stats(model, inputs, TOPIC)
     np.testing.assert_allclose(np.asarray(stats), 1.0, rtol=1e-5)
 
 
 def test_standard_probes_record_during_training_and_agree():
     W_star = theory.optimal_value_matrix(SETTING.hidden())
-    probes = dynamics.standard_probes(TM, W_star, dynamics.heldout_batch(TM, 16, N))
+    probes = dynamics.standard_probes(TM, W_star, heldout_batch(TM, 16, N))
     assert set(probes) == {"value_gap", "value_topic_gap", "kq_norm", "kq_same_word", "kq_same_topic",
                            "attention", "attn_contrast"}
     model = _model(eps=0.1)
@@ -109,11 +109,11 @@ def test_standard_probes_record_during_training_and_agree():
     assert att.shape == (4, 4)                                   # steps 0, 10, 20, 30
     # the cached attention pass agrees with the contrast probe, and with a fresh computation
     np.testing.assert_allclose(hist.probe("attn_contrast"), att[:, 2] - att[:, 3], rtol=1e-12)
-    inputs, _ = dynamics.heldout_batch(TM, 16, N)
+    inputs, _ = heldout_batch(TM, 16, N)
     fresh = np.asarray(dynamics.attention_stats(model, inputs, TOPIC))
     np.testing.assert_allclose(att[-1], fresh, rtol=1e-6)
     assert hist.probe("value_gap")[-1] < hist.probe("value_gap")[0]
-    assert "value_gap" not in dynamics.standard_probes(TM, None, dynamics.heldout_batch(TM, 4, N))
+    assert "value_gap" not in dynamics.standard_probes(TM, None, heldout_batch(TM, 4, N))
     with pytest.raises(ValueError, match="heldout"):
         dynamics.standard_probes(TM, None, "batch")
 
@@ -151,8 +151,8 @@ def test_gradient_norms_reject_bad_input():
 def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
     """Chapter 6 claim: ||dL/dW^V|| = O(1), ||dL/dW^K||, ||dL/dW^Q|| = O(eps^2) (slope 2 +- 0.2)."""
     for seed in range(5):
-        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], TM, N, num_docs=500,
-                                       attend_to_masked=attend_to_masked, seed=seed, model_seed=seed)
+        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], HIDDEN.replace(attend_to_masked=attend_to_masked),
+                                       num_docs=500, seed=seed, model_seed=seed)
         assert abs(gs.slopes["W_V"]) < 0.2, gs.slopes
         assert abs(gs.slopes["W_K"] - 2) < 0.2 and abs(gs.slopes["W_Q"] - 2) < 0.2, gs.slopes
         assert len(gs.rows()) == 5 and len(gs.rows()[0]) == 4
@@ -160,19 +160,19 @@ def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
 
 def test_gradient_scaling_rejects_bad_scales():
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1], TM, N)
+        dynamics.gradient_scaling([0.1], HIDDEN)
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1, -1.0], TM, N)
+        dynamics.gradient_scaling([0.1, -1.0], HIDDEN)
 
 
 def test_loglog_slope_recovers_a_power_law():
     x = np.array([1e-3, 1e-2, 1e-1, 1.0])
-    assert dynamics.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
-    assert dynamics.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
+    assert traces.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
+    assert traces.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="positive"):
-        dynamics.loglog_slope(x, -x)
+        traces.loglog_slope(x, -x)
     with pytest.raises(ValueError, match="same length"):
-        dynamics.loglog_slope(x, x[:2])
+        traces.loglog_slope(x, x[:2])
 
 
 # ---- stage timing ---------------------------------------------------------------------------
@@ -182,29 +182,29 @@ def test_closing_step_uses_the_plateau_by_default():
     steps = np.arange(0, 100, 10)
     gap = np.array([1.0, 0.6, 0.35, 0.31, 0.3, 0.32, 0.3, 0.31, 0.29, 0.3])
     # plateau 0.29: threshold 0.29 + 0.1 * 0.71 = 0.361 -> first at step 20
-    assert dynamics.closing_step(steps, gap) == 20
-    assert dynamics.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
-    assert dynamics.closing_step(steps, np.ones(10)) == 0
+    assert traces.closing_step(steps, gap) == 20
+    assert traces.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
+    assert traces.closing_step(steps, np.ones(10)) == 0
     with pytest.raises(ValueError, match="never closes"):
-        dynamics.closing_step(steps, gap, target=0.0)
+        traces.closing_step(steps, gap, target=0.0)
     with pytest.raises(ValueError, match="fraction"):
-        dynamics.closing_step(steps, gap, fraction=0.0)
+        traces.closing_step(steps, gap, fraction=0.0)
     with pytest.raises(ValueError, match="same"):
-        dynamics.closing_step(steps[:3], gap)
+        traces.closing_step(steps[:3], gap)
 
 
 def test_reaching_step_references():
     steps = np.arange(6) * 100
     trace = np.array([0.0, 0.05, 0.2, 1.0, 2.0, 1.0])
-    assert dynamics.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
-    assert dynamics.reaching_step(steps, trace, 0.1, reference="max") == 200
-    assert dynamics.reaching_step(steps, trace, 0.5, reference="max") == 300
-    assert dynamics.reaching_step(steps, trace, 0.1, reference=0.4) == 100
-    assert dynamics.reaching_step(steps, -trace, 0.1) is None         # never rises
+    assert traces.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
+    assert traces.reaching_step(steps, trace, 0.1, reference="max") == 200
+    assert traces.reaching_step(steps, trace, 0.5, reference="max") == 300
+    assert traces.reaching_step(steps, trace, 0.1, reference=0.4) == 100
+    assert traces.reaching_step(steps, -trace, 0.1) is None         # never rises
     with pytest.raises(ValueError, match="reference"):
-        dynamics.reaching_step(steps, trace, 0.1, reference="last")
+        traces.reaching_step(steps, trace, 0.1, reference="last")
     with pytest.raises(ValueError, match="finite"):
-        dynamics.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
+        traces.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
 
 
 def test_stage_times_on_a_synthetic_history():
@@ -222,11 +222,11 @@ def test_stage_times_on_a_synthetic_history():
 def test_growth_rate_of_an_exponential():
     steps = np.arange(0, 1000, 10)
     trace = 1e-3 * np.exp(0.004 * steps)
-    assert dynamics.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
+    assert traces.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
     with pytest.raises(ValueError, match="never reaches"):
-        dynamics.growth_rate(steps, trace, 1e3, 1e4)
+        traces.growth_rate(steps, trace, 1e3, 1e4)
     with pytest.raises(ValueError, match="low < high"):
-        dynamics.growth_rate(steps, trace, 0.5, 0.01)
+        traces.growth_rate(steps, trace, 0.5, 0.01)
 
 
 def test_topic_growth_eigenvalue_of_a_block_matrix():
@@ -234,23 +234,22 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
     same = (TOPIC[:, None] == TOPIC[None, :]).numpy()
     G = np.where(same, gs, gt) + (gd - gs) * np.eye(TM.vocab_size)
     lam = -((gd - gs) + v * (gs - gt))
-    assert dynamics.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
+    assert probes.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
     # the eigenvalue really is the action of -G on a topic contrast
     x = np.where(TOPIC.numpy() == 0, 1.0, 0.0) - np.where(TOPIC.numpy() == 1, 1.0, 0.0)
     np.testing.assert_allclose(-G @ x, lam * x)
-    assert dynamics.predicted_growth_rate(G, 2.0, 16, topic_of_word=TOPIC) == pytest.approx(2 * 2.0 * lam / 4)
-    assert dynamics.predicted_growth_rate(np.diag([3.0, -1.0]), 1.0, 4) == pytest.approx(3.0)
+    assert traces.predicted_growth_rate(2.0, probes.topic_growth_eigenvalue(G, TOPIC), 16) == pytest.approx(2 * 2.0 * lam / 4)
     with pytest.raises(ValueError, match="lr"):
-        dynamics.predicted_growth_rate(G, 0.0, 16)
-    with pytest.raises(ValueError, match="square"):
-        dynamics.predicted_growth_rate(np.zeros((2, 3)), 1.0, 4)
+        traces.predicted_growth_rate(0.0, lam, 16)
+    with pytest.raises(ValueError, match="topic_of_word"):
+        probes.topic_growth_eigenvalue(np.zeros((3, 3)), np.zeros(3, dtype=int))
 
 
 # ---- a short tracked run --------------------------------------------------------------------
 
 
-def test_train_joint_short_run():
-    run = dynamics.train_joint(TM, N, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
+def test_train_joint_short_run_and_plots():
+    run = dynamics.train_joint(HIDDEN, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
                                num_heldout=16)
     assert run.W_star.shape == (D, D) and run.times is not None
     assert list(run.steps) == [0, 10, 20, 30, 40, 50, 60]
@@ -262,7 +261,7 @@ def test_train_joint_short_run():
 
 def test_train_joint_without_closed_form():
     lda = LDATopicModel(5, 4, alpha=0.5)
-    run = dynamics.train_joint(lda, N, steps=10, batch_size=8, probe_every=5, num_heldout=8)
+    run = dynamics.train_joint(HIDDEN, topic_model=lda, steps=10, batch_size=8, probe_every=5, num_heldout=8)
     assert run.W_star is None and run.times is None and "value_gap" not in run.history.probes
     with pytest.raises(ValueError, match="stage times"):
         dynamics.run_summary(run)
@@ -278,8 +277,8 @@ COMMON = dict(init_scale=0.1, batch_size=128, probe_every=20)
 
 def _joint(steps: int, optimizer: str, lr: float, attend_to_masked: bool):
     return runner.run_seeds(
-        lambda seed: dynamics.train_joint(TM, N, steps=steps, optimizer=optimizer, lr=lr, seed=seed,
-                                          attend_to_masked=attend_to_masked, **COMMON), SEEDS)
+        lambda seed: dynamics.train_joint(HIDDEN.replace(attend_to_masked=attend_to_masked), steps=steps,
+                                          optimizer=optimizer, lr=lr, seed=seed, **COMMON), SEEDS)
 
 
 @pytest.fixture(scope="module")
@@ -334,10 +333,10 @@ def test_sgd_with_visible_keys_keeps_two_stages_but_prefers_the_word_itself(sgd_
 
 @pytest.mark.slow
 def test_sgd_stage_two_grows_at_the_predicted_rate(sgd_hidden):
-    W_star = theory.optimal_value_matrix(SETTING.hidden())
-    G = theory.key_query_gradient(W_star, SETTING.hidden(), num_docs=20_000, seed=3)
-    pred = dynamics.predicted_growth_rate(G, 10.0, D, topic_of_word=TOPIC)
-    measured = sgd_hidden.values(lambda r: dynamics.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
+    W_star = theory.optimal_value_matrix(HIDDEN)
+    G = theory.key_query_gradient(W_star, HIDDEN, num_docs=20_000, seed=3)
+    pred = traces.predicted_growth_rate(10.0, probes.topic_growth_eigenvalue(G, TOPIC), D)
+    measured = sgd_hidden.values(lambda r: traces.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
     assert np.all(np.abs(measured / pred - 1) < 0.25), (measured, pred)           # measured within 8%
 
 

@@ -44,7 +44,7 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, runner, sweeps, theory
+from topicmech import runner, stage1, sweeps, theory
 from topicmech.setting import Masking, Setting
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
@@ -54,9 +54,12 @@ U_TRAIN = {"squared": dict(steps=250, anneal_steps=125), "cross_entropy": dict(s
 LR = {"sgd": 10.0, "adam": 1e-2}                   # the chapter's explicit learning rates
 
 
-def STAGE1(seed, optimizer="sgd", loss="squared", **kw):
-    return sweeps.stage1_point(seed, num_topics=T, words_per_topic=V_T, doc_len=N, attend_to_masked=False,
-                               optimizer=optimizer, loss=loss, lr=LR[optimizer], **U_TRAIN[loss], **kw)
+U_SETTING = tm.Setting(T, V_T, TAU, N, attend_to_masked=False)   # hidden keys, as the chapter
+
+
+def STAGE1(seed, optimizer="sgd", loss="squared", alpha=None, **kw):
+    return sweeps.stage1_point(seed, setting=U_SETTING, dirichlet_alpha=alpha, optimizer=optimizer, loss=loss,
+                               lr=LR[optimizer], **U_TRAIN[loss], **kw)
 
 
 T5, N5 = 5, 16                                     # learned-attention setting
@@ -157,37 +160,42 @@ def test_lda_moments_rejects_single_topic_and_bad_l2():
 # ----------------------------------------------------------------------------------------
 
 
-def test_stage1_run_summary_and_reference():
-    data = tm.SimplifiedTopicModel(4, 3, 2)
-    ref = theory.optimal_value_matrix(Setting(4, 3, 2, 12, attend_to_masked=False))
-    out = sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=30, anneal_steps=10, reference=ref,
-                            return_matrix=True)
+def test_stage1_point_summary_and_phases():
+    hidden = tm.Setting(4, 3, 2, 12, attend_to_masked=False)
+    out = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10, return_matrix=True)
     for k in ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess", "mask_col", "final_loss", "rel_error"):
         assert isinstance(out[k], float), k
     assert out["W_V"].shape == (13, 13)
     assert out["topic_gap"] == pytest.approx(out["same_topic"] - out["diff_topic"])
     assert out["mask_col"] == 0.0                                        # hidden keys: [MASK] column untouched
-    again = sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=30, anneal_steps=10, reference=ref)
+    again = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10)
     assert again["topic_gap"] == out["topic_gap"]                         # reproducible
-    with pytest.raises(ValueError, match="reference"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, reference=np.zeros((3, 3)))
+    # the same run as stage1.train_value_matrix with the documented phases and data seeds
+    run = stage1.train_value_matrix(hidden, phases=[(30, 5.0), (10, 0.5)], batch_size=128, seed=0,
+                                    data_seeds=[1000, 500_000])
+    assert np.array_equal(run.W_V, out["W_V"])
     with pytest.raises(ValueError, match="anneal_steps"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, anneal_steps=-1)
-    with pytest.raises(ValueError, match="topic_model"):
-        sweeps.stage1_run(0, topic_model="lda", doc_len=12, steps=2)
-    with pytest.raises(ValueError, match="attend_to_masked"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, attend_to_masked=1)
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, anneal_steps=-1)
+    with pytest.raises(ValueError, match="lr and steps"):
+        sweeps.stage1_point(0, setting=hidden, steps=2)
+    with pytest.raises(ValueError, match="setting"):
+        sweeps.stage1_point(0, setting="hidden", lr=1.0, steps=2)
+    with pytest.raises(ValueError, match="unknown"):
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, phases=[(1, 1.0)])
 
 
 def test_stage1_point_branches():
-    s = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=2, doc_len=10, steps=5)
-    ex = theory.value_block_coefficients(Setting(4, 2, 2, 10, attend_to_masked=False))
+    small = tm.Setting(4, 2, 2, 10, attend_to_masked=False)
+    s = sweeps.stage1_point(0, setting=small, lr=5.0, steps=5)
+    ex = theory.value_block_coefficients(small)
     assert s["exact_topic_gap"] == pytest.approx(ex.same_topic - ex.diff_topic, abs=1e-12)
-    lda = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, alpha=0.3, doc_len=10, steps=5)
-    exl = theory.lda_value_blocks(Setting(4, 2, 2, 10, attend_to_masked=False), 0.3)
+    lda = sweeps.stage1_point(0, setting=small, dirichlet_alpha=0.3, lr=5.0, steps=5)
+    exl = theory.lda_value_blocks(small, 0.3)
     assert lda["exact_topic_gap"] == pytest.approx(exl.same_topic - exl.diff_topic, abs=1e-12)
+    changed = sweeps.stage1_point(0, setting=small.replace(doc_len=20), doc_len=10, lr=5.0, steps=5)   # 10 wins
+    assert changed["topic_gap"] == s["topic_gap"]
     with pytest.raises(ValueError, match="topics_per_doc"):
-        sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=None, doc_len=10, steps=5)
+        sweeps.stage1_point(0, setting=small, topics_per_doc=5, lr=5.0, steps=5)
 
 
 def test_embedding_cosine_contrast():
@@ -222,8 +230,8 @@ def test_head_attention_shapes_and_uniform():
 
 @pytest.mark.parametrize("handicap", sweeps.HANDICAPS)
 def test_compensation_run_settings(handicap):
-    data = tm.SimplifiedTopicModel(3, 2, 2)
-    out = sweeps.compensation_run(0, topic_model=data, doc_len=8, handicap=handicap, steps=3, d_model=5)
+    out = sweeps.compensation_run(0, setting=tm.Setting(3, 2, 2, 8, attend_to_masked=False), handicap=handicap,
+                                  steps=3, d_model=5)
     assert set(out) == {"emb_same_topic", "emb_diff_topic", "emb_contrast", "attn_self", "attn_same_word",
                         "attn_same_topic", "attn_diff_topic", "attn_ratio", "value_topic_gap", "final_loss"}
     if handicap == "embedding":
@@ -234,17 +242,18 @@ def test_compensation_run_settings(handicap):
 
 def test_compensation_run_rejects_bad_handicap():
     with pytest.raises(ValueError, match="handicap"):
-        sweeps.compensation_run(0, topic_model=tm.SimplifiedTopicModel(3, 2, 2), doc_len=8, handicap="value")
+        sweeps.compensation_run(0, setting=tm.Setting(3, 2, 2, 8, attend_to_masked=False), handicap="value")
 
 
 def test_deep_run_shapes():
     data = tm.SimplifiedTopicModel(3, 2, 2)
-    out = sweeps.deep_run(0, topic_model=data, doc_len=8, num_layers=2, num_heads=2, d_model=8, steps=3)
+    setting = tm.Setting(3, 2, 2, 8, attend_to_masked=False)
+    out = sweeps.deep_run(0, setting=setting, num_layers=2, num_heads=2, d_model=8, steps=3)
     assert out["attention"].shape == (2, 2, 4) and out["attn_ratio"].shape == (2, 2)
     assert out["min_ratio"] <= out["max_ratio"]
     assert out["W_E"].shape == (8, data.num_tokens)
     with pytest.raises(ValueError, match="num_heads"):
-        sweeps.deep_run(0, topic_model=data, doc_len=8, num_heads=3, d_model=8, steps=1)
+        sweeps.deep_run(0, setting=setting, num_heads=3, d_model=8, steps=1)
 
 
 # ----------------------------------------------------------------------------------------
@@ -253,22 +262,25 @@ def test_deep_run_shapes():
 
 
 def test_value_blocks_along_matches_theory():
-    c = sweeps.value_blocks_along("doc_len", [8, 32], attend_to_masked=True)
+    base = tm.Setting(8, 4, 2, 32, attend_to_masked=False)
+    c = sweeps.value_blocks_along("doc_len", [8, 32], base.visible())
     for i, n in enumerate([8, 32]):
         b = theory.value_block_coefficients(UNIFORM.replace(doc_len=n))
         assert c["diag"][i] == pytest.approx(b.diag) and c["diff_topic"][i] == pytest.approx(b.diff_topic)
         assert c["diag_excess"][i] == pytest.approx(theory.diag_excess(UNIFORM.replace(doc_len=n)), rel=1e-10)
-    m = sweeps.value_blocks_along("mask_prob", [0.1, 0.4], attend_to_masked=False)
-    lam = [theory.topic_eigenvalue_hidden(UNIFORM.replace(mask_prob=p).hidden()) for p in (0.1, 0.4)]
+    m = sweeps.value_blocks_along("mask_prob", [0.1, 0.4], base)
+    lam = [theory.topic_eigenvalue_hidden(base.replace(mask_prob=p)) for p in (0.1, 0.4)]
     assert np.allclose(4 * m["topic_gap"], lam, rtol=1e-10)
-    inf = sweeps.value_blocks_along("doc_len", [math.inf], attend_to_masked=False)
+    inf = sweeps.value_blocks_along("doc_len", [math.inf], base)
     assert inf["topic_gap"][0] == pytest.approx(0.25)                     # W* -> B / v
     with pytest.raises(ValueError, match="param"):
-        sweeps.value_blocks_along("alpha", [1.0])
+        sweeps.value_blocks_along("alpha", [1.0], base)
     with pytest.raises(ValueError, match="integers"):
-        sweeps.value_blocks_along("doc_len", [10.5])
+        sweeps.value_blocks_along("doc_len", [10.5], base)
     with pytest.raises(ValueError, match="values"):
-        sweeps.value_blocks_along("doc_len", [])
+        sweeps.value_blocks_along("doc_len", [], base)
+    with pytest.raises(ValueError, match="setting"):
+        sweeps.value_blocks_along("doc_len", [8], None)
 
 
 def test_stage2_drive():
@@ -281,8 +293,13 @@ def test_stage2_drive():
         formula = (theory.topic_eigenvalue_hidden(hidden) * (1 - theory.kappa(hidden))
                    * 2 * 0.1 * (tau - 1) / ((T_ - 1) * tau**2 * v_**2))
         assert theory.stage2_drive(tm.Setting(T_, v_, tau, N_, masking=tm.Masking(p_m), attend_to_masked=False)) == pytest.approx(formula, rel=1e-10)
-    p = sweeps.stage2_drive_point(0, num_topics=4, words_per_topic=2, doc_len=12, num_docs=500)
+    hidden = tm.Setting(4, 2, 2, 32, attend_to_masked=False)
+    p = sweeps.stage2_drive_point(0, setting=hidden, doc_len=12, num_docs=500)
     assert set(p) == {"mc_drive", "exact_drive"} and p["exact_drive"] > 0
+    with pytest.raises(ValueError, match="attend_to_masked"):
+        sweeps.stage2_drive_point(0, setting=hidden.visible(), num_docs=5)
+    with pytest.raises(ValueError, match="unknown"):
+        sweeps.stage2_drive_point(0, setting=hidden, steps=5)
 
 
 # ----------------------------------------------------------------------------------------
@@ -341,15 +358,15 @@ def test_claim_recipes():
 
 @pytest.fixture(scope="module")
 def small_setting():
-    small = tm.SimplifiedTopicModel(T5, V_T, TAU)
-    return small, dynamics.heldout_batch(small, 128, N5)
+    small = tm.Setting(T5, V_T, TAU, N5, attend_to_masked=False)
+    return small, tm.data.heldout_batch(tm.data.topic_model_for(small), 128, N5)
 
 
 @pytest.fixture(scope="module")
 def compensation_rows(small_setting):
     small, held = small_setting
     rows = runner.tidy(runner.run_grid(
-        partial(sweeps.compensation_run, topic_model=small, doc_len=N5, steps=400, lr=1e-2, heldout=held),
+        partial(sweeps.compensation_run, setting=small, steps=400, lr=1e-2, heldout=held),
         {"handicap": list(sweeps.HANDICAPS)}, SEEDS))
     return {h: [r for r in rows if r["handicap"] == h] for h in sweeps.HANDICAPS}
 
@@ -373,7 +390,7 @@ def test_claim_compensation(compensation_rows):
 @pytest.fixture(scope="module")
 def deep_runs(small_setting):
     small, held = small_setting
-    return {loss: [sweeps.deep_run(s, topic_model=small, doc_len=N5, num_layers=2, num_heads=2, d_model=16,
+    return {loss: [sweeps.deep_run(s, setting=small, num_layers=2, num_heads=2, d_model=16,
                                    steps=500, lr=3e-2, heldout=held, loss=loss) for s in SEEDS]
             for loss in ("squared", "cross_entropy")}
 
@@ -405,7 +422,7 @@ BASE = dict(num_topics=T, words_per_topic=V_T, topics_per_doc=TAU, doc_len=N, ma
 
 @pytest.mark.slow
 def test_claim_sweeps_follow_closed_forms():
-    rows = runner.sweep_axes(partial(sweeps.stage1_point, attend_to_masked=False, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
+    rows = runner.sweep_axes(partial(sweeps.stage1_point, setting=U_SETTING, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
                              SEEDS, base=BASE)
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
@@ -415,7 +432,7 @@ def test_claim_sweeps_follow_closed_forms():
 
 @pytest.mark.slow
 def test_claim_stage2_drive_monte_carlo():
-    rows = runner.sweep_axes(sweeps.stage2_drive_point, AXES, SEEDS, base=BASE)
+    rows = runner.sweep_axes(partial(sweeps.stage2_drive_point, setting=U_SETTING), AXES, SEEDS, base=BASE)
     for r in runner.aggregate(rows, ["param", "value"], ["mc_drive", "exact_drive"]):
         if r["exact_drive_mean"] == 0:
             assert abs(r["mc_drive_mean"]) < 1e-12, r

@@ -5,7 +5,8 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 
 - 1-2: :mod:`topicmech.data` (topic models, masking), :mod:`topicmech.model`,
   :mod:`topicmech.losses`, :mod:`topicmech.train` (the loop, :func:`topicmech.train.train`),
-  :mod:`topicmech.probes` (block means, attention by topic relation);
+  :mod:`topicmech.probes` (block means, attention by topic relation),
+  :mod:`topicmech.traces` (stage times and growth rates of a training trace);
 - 3-5: :mod:`topicmech.theory` (exact theory), :mod:`topicmech.embeddings` (3),
   :mod:`topicmech.stage1` (4), :mod:`topicmech.stage2` (5);
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
@@ -22,7 +23,7 @@ Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_top
 ``tau = topics_per_doc``; matrices act on column vectors; attention is ``(batch, query, key)``.
 """
 
-from . import data, losses, model, probes, theory, train, utils
+from . import data, losses, model, probes, theory, traces, train, utils
 from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
@@ -42,7 +43,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
-__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "runner", "theory", "train", "utils",
-           "SimplifiedTopicModel",
+__all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "runner", "theory",
+           "traces", "train", "utils", "SimplifiedTopicModel",
            "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation",
            "MODE", "is_full", "seed_everything", "setup_notebook"]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .setting import Masking, Setting
 from .utils import check_float, check_masking, check_positive_int, make_generator
 
-__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "corrupt", "check_docs", "check_topic_model"]
+__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "corrupt", "check_docs", "check_topic_model",
+           "topic_model_for", "heldout_batch", "HELDOUT_SEED"]
 
 
 class TopicModel:
@@ -164,6 +166,45 @@ def check_topic_model(value: object, name: str = "topic_model") -> TopicModel:
     if not isinstance(value, TopicModel):
         raise ValueError(f"{name} must be a TopicModel, got {type(value).__name__}")
     return value
+
+
+def topic_model_for(setting: Setting, topic_model: TopicModel | None = None) -> TopicModel:
+    """The data of a recipe: ``topic_model`` if given (e.g. LDA), else the setting's simplified model.
+
+    A given ``topic_model`` must have the setting's ``num_topics`` and ``words_per_topic`` (and
+    ``topics_per_doc`` if simplified); for other data the setting's ``topics_per_doc`` is not used.
+    ValueError otherwise.
+    """
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {type(setting).__name__}")
+    if topic_model is None:
+        return SimplifiedTopicModel(setting.num_topics, setting.words_per_topic, setting.topics_per_doc)
+    check_topic_model(topic_model)
+    sizes = (topic_model.num_topics, topic_model.words_per_topic) != (setting.num_topics, setting.words_per_topic)
+    if sizes or (isinstance(topic_model, SimplifiedTopicModel) and topic_model.topics_per_doc != setting.topics_per_doc):
+        raise ValueError(f"topic_model {topic_model!r} does not match the setting {setting!r}")
+    return topic_model
+
+
+#: Default seed of :func:`heldout_batch`, shared by every run that reads attention on it.
+HELDOUT_SEED: int = 12345
+
+
+def heldout_batch(topic_model: TopicModel, num_docs: int, doc_len: int, *, seed: int = HELDOUT_SEED,
+                  masking: Masking | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
+
+    ``masking=None`` (default, as the authors' inspection script) gives clean documents and
+    ``selected=None``; a :class:`~topicmech.setting.Masking` corrupts them with
+    :func:`bert_mask` (seed ``seed + 1``).
+    """
+    check_topic_model(topic_model)
+    docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
+    if masking is None:
+        return docs, None
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking or None, got {masking!r}")
+    return bert_mask(docs, topic_model.vocab_size, **masking.as_dict(), seed=seed + 1)
 
 
 def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch.Tensor:

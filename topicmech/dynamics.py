@@ -16,33 +16,42 @@ import torch
 from torch import nn
 
 from . import theory
-from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
+from .data import (
+    HELDOUT_SEED,
+    SimplifiedTopicModel,
+    TopicModel,
+    bert_mask,
+    check_topic_model,
+    heldout_batch,
+    topic_model_for,
+)
 from .losses import mlm_loss
 from .model import OneLayerTransformer
-from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
-from .setting import Masking, Setting
+from .probes import (
+    AttentionByRelation,
+    attention_by_relation,
+    block_means,
+    relation_reader,
+    topic_contrasts,
+)
+from .setting import Setting
 from .stage1 import sigma_range
+from .traces import closing_step, loglog_slope, reaching_step
 from .train import History
 from .train import train as _train
-from .utils import as_float64, check_positive_int
+from .utils import check_matrix, check_positive_int
 
 __all__ = [
-    "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
-    "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
-    "stage_times", "growth_rate", "topic_growth_eigenvalue", "predicted_growth_rate", "JointRun", "train_joint",
+    "value_gap", "attention_stats", "standard_probes", "gradient_norms",
+    "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
     "run_summary",
 ]
 
 _Loss = Literal["squared", "cross_entropy"]
-_Trace = Sequence[float] | np.ndarray
 
 
 def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
-    try:
-        x = x if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
-        return torch.as_tensor(x).detach().double().cpu()
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array, got {type(x).__name__}") from None
+    return torch.from_numpy(check_matrix(name, x))
 
 
 def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mask_column: bool = False) -> float:
@@ -63,23 +72,6 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mas
     if not norm > 0:
         raise ValueError("W_star must not be the zero matrix")
     return float((W - Ws).norm()) / norm
-
-
-def heldout_batch(
-    topic_model: TopicModel, num_docs: int, doc_len: int, *, seed: int = 12345, corrupt: bool = False,
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
-
-    ``corrupt=False`` (default, as the authors' inspection script) gives clean documents and
-    ``selected=None``; ``corrupt=True`` applies :func:`topicmech.data.bert_mask` with
-    ``mask_prob``, ``keep_prob``, ``random_prob``. The default ``seed`` is shared by every run.
-    """
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
-    if not corrupt:
-        return docs, None
-    return bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
 
 
 def attention_stats(
@@ -176,93 +168,30 @@ class GradientScaling:
 
 
 def gradient_scaling(
-    init_scales: Sequence[float], topic_model: TopicModel, doc_len: int, *, num_docs: int = 2000,
-    attend_to_masked: bool = False, loss: _Loss = "squared",
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, model_seed: int = 0,
+    init_scales: Sequence[float], setting: Setting, *, topic_model: TopicModel | None = None, num_docs: int = 2000,
+    loss: _Loss = "squared", seed: int = 0, model_seed: int = 0,
 ) -> GradientScaling:
     """``||dL/dW^V||``, ``||dL/dW^K||``, ``||dL/dW^Q||`` at initialisation, for several ``eps``.
 
     Each of the (at least two, positive) ``init_scales`` initialises a learned model with
-    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one corrupted batch
-    of ``num_docs`` documents (``seed``). At small ``eps`` the slopes are near 0 for ``W_V``
+    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one batch of
+    ``num_docs`` documents (``seed``) corrupted as in ``setting``, whose convention the model uses;
+    the data is ``topic_model`` if given, else the setting's (:func:`topicmech.data.topic_model_for`). At small ``eps`` the slopes are near 0 for ``W_V``
     and near 2 for ``W_K`` and ``W_Q``.
     """
     scales = np.asarray(list(init_scales), dtype=float)
     if scales.ndim != 1 or scales.size < 2 or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
         raise ValueError(f"init_scales must hold at least two positive floats, got {init_scales!r}")
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                          # (n, N)
-    inputs, selected = bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
+    topic_model = topic_model_for(setting, topic_model)
+    docs = topic_model.sample(num_docs, setting.doc_len, seed)                  # (n, N)
+    inputs, selected = bert_mask(docs, topic_model.vocab_size, **setting.masking.as_dict(), seed=seed + 1)
     rows = []
     for eps in scales:
         model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
-                                    init_scale=float(eps), attend_to_masked=attend_to_masked, seed=model_seed)
+                                    init_scale=float(eps), attend_to_masked=setting.attend_to_masked, seed=model_seed)
         rows.append(gradient_norms(model, inputs, selected, docs, loss=loss))
     norms = {k: np.array([r[k] for r in rows]) for k in ("W_V", "W_K", "W_Q")}
     return GradientScaling(scales, norms, {k: loglog_slope(scales, v) for k, v in norms.items()})
-
-
-def loglog_slope(x: _Trace, y: _Trace) -> float:
-    """Least-squares slope ``p`` of ``log y`` against ``log x`` (``y ~ x^p``), for positive 1-D ``x``, ``y``."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.shape != ys.shape or xs.ndim != 1 or xs.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {xs.shape} and {ys.shape}")
-    if np.any(xs <= 0) or np.any(ys <= 0):
-        raise ValueError("x and y must be positive for a log-log slope")
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-def _trace(steps: _Trace, values: _Trace, fraction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    s, v = np.asarray(steps), np.asarray(values, dtype=float)
-    if s.ndim != 1 or v.ndim != 1 or s.shape != v.shape or s.size == 0:
-        raise ValueError(f"steps and values must be 1-D, non-empty, of the same length, got {s.shape}, {v.shape}")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("values must be finite")
-    if fraction is not None and not (0.0 < float(fraction) <= 1.0):
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-    return s, v
-
-
-def closing_step(steps: _Trace, values: _Trace, fraction: float = 0.9, target: float | None = None) -> int:
-    """First step at which a shrinking trace (e.g. ``"value_gap"``) has closed ``fraction`` of its gap to ``target``.
-
-    The threshold is ``target + (1 - fraction) * (values[0] - target)``, ``0 < fraction <= 1``
-    (``steps[0]`` if the trace starts at or below it). ``target`` defaults to ``min(values)``, the
-    plateau actually reached (under SGD noise the gap never reaches 0); the minimum makes the
-    step conservative (late).
-    """
-    s, v = _trace(steps, values, fraction)
-    f = float(fraction)
-    t = float(v.min()) if target is None else float(target)
-    hit = np.nonzero(v <= t + (1.0 - f) * (v[0] - t))[0]
-    if hit.size == 0:
-        raise ValueError(f"the trace never closes {f:.0%} of its gap to target={t!r}")
-    return int(s[hit[0]])
-
-
-def reaching_step(
-    steps: _Trace, values: _Trace, fraction: float = 0.1, reference: Literal["final", "max"] | float = "final",
-) -> int | None:
-    """First step at which a growing trace (e.g. ``"attn_contrast"``) has covered ``fraction`` of its rise.
-
-    The threshold is ``values[0] + fraction * (ref - values[0])``, ``0 < fraction <= 1``, with
-    ``ref`` given by ``reference``: ``"final"``, the last value (a run stopped before
-    saturation gives an earlier step), ``"max"``, the largest value, or a float. None when the
-    trace never rises above its start.
-    """
-    s, v = _trace(steps, values, fraction)
-    if reference == "final":
-        ref = float(v[-1])
-    elif reference == "max":
-        ref = float(v.max())
-    elif isinstance(reference, (int, float)) and not isinstance(reference, bool):
-        ref = float(reference)
-    else:
-        raise ValueError(f"reference must be 'final', 'max' or a float, got {reference!r}")
-    if not ref > v[0]:
-        return None
-    hit = np.nonzero(v >= v[0] + float(fraction) * (ref - v[0]))[0]
-    return int(s[hit[0]]) if hit.size else None
 
 
 @dataclass(frozen=True)
@@ -293,7 +222,8 @@ def stage_times(
 ) -> StageTimes:
     """Stage times of a run tracked with :func:`standard_probes`.
 
-    :func:`closing_step` of ``value_probe`` at ``value_fraction`` and :func:`reaching_step` of
+    :func:`topicmech.traces.closing_step` of ``value_probe`` at ``value_fraction`` and
+    :func:`topicmech.traces.reaching_step` of
     ``attention_probe`` at ``attention_fraction`` with ``reference``.
     """
     if not isinstance(history, History):
@@ -302,59 +232,6 @@ def stage_times(
     return StageTimes(closing_step(steps, history.probe(value_probe), value_fraction),
                       reaching_step(steps, history.probe(attention_probe), attention_fraction, reference),
                       value_fraction, attention_fraction)
-
-
-def growth_rate(steps: _Trace, values: _Trace, low: float, high: float) -> float:
-    """Growth rate per step: slope of ``log(values)`` over the first window where ``low <= values <= high``.
-
-    The window runs from the first value ``>= low`` (``0 < low < high``) to the last ``<= high`` after it.
-    """
-    s, v = _trace(steps, values)
-    if not (0 < low < high):
-        raise ValueError(f"need 0 < low < high, got low={low!r}, high={high!r}")
-    start = np.nonzero(v >= low)[0]
-    if start.size == 0:
-        raise ValueError(f"the trace never reaches low={low!r}")
-    i0 = int(start[0])
-    above = np.nonzero(v[i0:] > high)[0]
-    i1 = i0 + (int(above[0]) if above.size else v.size - i0)
-    if i1 - i0 < 2:
-        raise ValueError(f"fewer than two points between low={low!r} and high={high!r}")
-    return float(np.polyfit(s[i0:i1].astype(float), np.log(v[i0:i1]), 1)[0])
-
-
-def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.Tensor | np.ndarray) -> float:
-    """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G = dL/dA`` over the symmetry orbits.
-
-    With the orbit means ``G_diag``, ``G_same``, ``G_diff`` (:func:`topicmech.probes.block_means`
-    of ``G[key, query]``), ``G`` acts on vectors constant within topics and summing to zero as
-    ``(G_diag - G_same) + v (G_same - G_diff)``; the result is minus that, positive when gradient
-    descent raises same-topic scores. Averaging first removes most Monte-Carlo noise.
-    """
-    m = block_means(G, topic_of_word)
-    counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
-    if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
-        raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
-    return -theory.topic_eigenvalue(m.diag, m.same_topic, m.diff_topic, int(counts[0]))
-
-
-def predicted_growth_rate(
-    G: np.ndarray | torch.Tensor, lr: float, d_model: int, topic_of_word: torch.Tensor | np.ndarray | None = None,
-) -> float:
-    """Stage-2 growth rate ``2 lr sigma / sqrt(d)`` per step of ``A = W_K^T W_Q / sqrt(d)`` under plain SGD.
-
-    ``G = dL/dA`` at uniform attention (e.g. :func:`topicmech.theory.key_query_gradient`);
-    ``sigma`` is :func:`topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
-    value of ``-G``. ``W_K``, ``W_Q`` grow like ``exp(lr sigma t / sqrt(d))``, their product twice as fast.
-    """
-    g = as_float64(G)
-    if g.ndim != 2 or g.shape[0] != g.shape[1]:
-        raise ValueError(f"G must be a square matrix, got shape {g.shape}")
-    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
-    d = check_positive_int("d_model", d_model)
-    sigma = float(np.linalg.norm(g, 2)) if topic_of_word is None else topic_growth_eigenvalue(g, topic_of_word)
-    return 2.0 * float(lr) * sigma / math.sqrt(d)
 
 
 @dataclass
@@ -382,19 +259,19 @@ class JointRun:
 
 
 def train_joint(
-    topic_model: TopicModel, doc_len: int, *, steps: int, optimizer: Literal["sgd", "adam"] = "sgd",
-    lr: float | None = None, init_scale: float = 0.1, attend_to_masked: bool = False, batch_size: int = 128,
-    loss: _Loss = "squared", mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    seed: int = 0, probe_every: int = 20, num_heldout: int = 128, heldout_seed: int = 12345,
-    W_star: np.ndarray | None = None,
+    setting: Setting, *, topic_model: TopicModel | None = None, steps: int,
+    optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None, init_scale: float = 0.1,
+    batch_size: int = 128, loss: _Loss = "squared", seed: int = 0, probe_every: int = 20, num_heldout: int = 128,
+    heldout_seed: int = HELDOUT_SEED, W_star: np.ndarray | None = None,
 ) -> JointRun:
     """Train ``W^V``, ``W^K`` and ``W^Q`` together from a small initialisation, tracking the two stages.
 
     A one-hot, identity-head :class:`topicmech.model.OneLayerTransformer` with learned attention
     and value (entries of standard deviation ``init_scale``) is trained by
-    :func:`topicmech.train.train` on fresh documents, seeded by ``seed`` like the
-    initialisation, with :func:`standard_probes` read every ``probe_every`` steps on a clean
-    :func:`heldout_batch` of ``num_heldout`` documents.
+    :func:`topicmech.train.train` on fresh documents of ``setting`` (data: ``topic_model`` if
+    given, else the setting's simplified model), seeded by ``seed`` like the initialisation, with
+    :func:`standard_probes` read every ``probe_every`` steps on a clean
+    :func:`topicmech.data.heldout_batch` of ``num_heldout`` documents.
 
     Default ``lr``: Adam 1e-2; SGD :func:`topicmech.theory.stage1_sgd_lr` (``0.5 / lambda_max``
     squared, ``2 / lambda_max`` cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
@@ -402,18 +279,16 @@ def train_joint(
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
     """
-    check_topic_model(topic_model)
-    doc_len = check_positive_int("doc_len", doc_len)
-    masking = dict(mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
+    topic_model = topic_model_for(setting, topic_model)
+    doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
+    masking = setting.masking.as_dict()
     if lr is None and optimizer == "adam":
         lr = 1e-2
     elif lr is None:
-        lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, needs="lr", **masking)[1]
+        lam_max = sigma_range(setting, topic_model=topic_model, needs="lr")[1]
         lr = theory.stage1_sgd_lr(lam_max, loss=loss)
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
-        W_star = theory.optimal_value_matrix(Setting(topic_model.num_topics, topic_model.words_per_topic,
-                                                     topic_model.topics_per_doc, doc_len,
-                                                     masking=Masking(**masking), attend_to_masked=attend_to_masked))
+        W_star = theory.optimal_value_matrix(setting)
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from .model import OneLayerTransformer
-from .utils import as_float64, check_positive_int
+from .probes import relation_masks
+from .utils import as_float64, check_matrix, check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
@@ -32,6 +33,7 @@ SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1
 
 
 def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> np.ndarray:
+    # used only by tied_embedding_blocks, which moves to topicmech.theory (then delete this)
     a = as_float64(x)
     if a.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {a.shape}")
@@ -75,7 +77,7 @@ def topic_spread(W_E: torch.Tensor | np.ndarray, words_per_topic: int) -> float:
     every topic's embeddings average to 0. ``W_E`` has shape ``(d, V)`` or ``(d, V + 1)``
     (the ``[MASK]`` column is ignored).
     """
-    E = _as_array(W_E, "W_E")
+    E = check_matrix("W_E", W_E)
     V, v = _check_words(E.shape[1], words_per_topic)
     Ew = E[:, :V]                                                    # (d, V)
     means = Ew.reshape(E.shape[0], V // v, v).mean(axis=2)           # (d, T)
@@ -97,23 +99,21 @@ class TopicCosines(NamedTuple):
 
 def topic_cosines(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> TopicCosines:
     """Cosines ``G_ab / sqrt(G_aa G_bb)`` of word embeddings from ``gram = W_E^T W_E`` (``[MASK]`` ignored)."""
-    G = _as_array(gram, "gram", square=True)
+    G = check_matrix("gram", gram, square=True)
     V, v = _check_words(G.shape[0], words_per_topic)
     Gw = G[:V, :V]
     norms = np.sqrt(np.clip(np.diag(Gw), 0.0, None))                # (V,)
     if np.any(norms == 0.0):
         raise ValueError("gram has a word with a zero embedding; cosines are undefined")
     cos = Gw / np.outer(norms, norms)                                # (V, V)
-    topic = np.arange(V) // v
-    same = (topic[:, None] == topic[None, :]) & ~np.eye(V, dtype=bool)
-    diff = topic[:, None] != topic[None, :]
+    _, same, diff = relation_masks(np.arange(V) // v)               # distinct same-topic pairs, other topics
     return TopicCosines(*(float(f(cos[m])) if m.any() else math.nan
                           for m, f in ((same, np.min), (same, np.mean), (diff, np.mean), (diff, np.max))))
 
 
 def normalized_gram(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> np.ndarray:
     """Gram matrix divided by the mean squared norm of the word embeddings (one colour scale across losses)."""
-    G = _as_array(gram, "gram", square=True)
+    G = check_matrix("gram", gram, square=True)
     V, _ = _check_words(G.shape[0], words_per_topic)
     scale = float(np.mean(np.diag(G)[:V]))
     if not scale > 0:

@@ -17,16 +17,16 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import TopicModel, check_topic_model
+from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, topic_model_for
 from .model import OneLayerTransformer
-from .setting import Masking, Setting
+from .setting import Setting
 from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues, stage1_sgd_lr
 from .train import check_phases, train
-from .utils import as_float64, check_float, check_masking, check_positive_int
+from .utils import check_float, check_matrix, check_positive_int, check_seed
 
 __all__ = [
     "SQUARED_PHASES", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
-    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
+    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "ADAM_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
 
@@ -39,6 +39,8 @@ SQUARED_PHASES: tuple[tuple[int, float], ...] = ((500, 30.0), (400, 10.0), (300,
 #: ``(steps, lr)`` for cross-entropy, fixed for the book's setting; the run only shows the
 #: block pattern (the optimum has the ``[MASK]`` output row at minus infinity).
 CROSS_ENTROPY_PHASES: tuple[tuple[int, float], ...] = ((300, 100.0),)
+#: ``(steps, lr)`` phases for Adam (its step is about ``lr`` per entry whatever the curvature).
+ADAM_PHASES: tuple[tuple[int, float], ...] = ((400, 1e-2), (200, 1e-3))
 #: Documents per SGD step, by loss.
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
 #: Learning rate of each phase of :func:`default_phases`, relative to the first.
@@ -51,15 +53,18 @@ MAX_DEFAULT_STEPS: int = 50_000
 MIN_PHASE_STEPS: int = 20
 
 
-def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, needs: str = "phases") -> tuple[float, float]:
+def sigma_range(setting: Setting, *, topic_model: TopicModel | None = None,
+                needs: str = "phases") -> tuple[float, float]:
     """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` (word block with hidden keys).
 
     Parameters
     ----------
-    topic_model : TopicModel
-        :class:`~topicmech.data.SimplifiedTopicModel` (:func:`topicmech.theory.sigma_eigenvalues`)
-        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_sigma_eigenvalues`);
+    setting : Setting
+        Sizes, document length, masking and key convention.
+    topic_model : TopicModel, optional
+        The data (:func:`topicmech.data.topic_model_for`): default the setting's simplified
+        model (:func:`topicmech.theory.sigma_eigenvalues`); an
+        :class:`~topicmech.data.LDATopicModel` uses :func:`topicmech.theory.lda_sigma_eigenvalues`;
         any other raises ValueError.
     needs : str
         Argument the caller should set instead, named in that error.
@@ -68,16 +73,12 @@ def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool
     -------
     lambda_min, lambda_max : float
     """
-    from .data import LDATopicModel, SimplifiedTopicModel
-
-    masking = Masking(mask_prob, keep_prob, random_prob)
-    if isinstance(topic_model, SimplifiedTopicModel):
-        return sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
-                                         doc_len, masking=masking, attend_to_masked=attend_to_masked))
-    if isinstance(topic_model, LDATopicModel):
-        return lda_sigma_eigenvalues(Setting(topic_model.num_topics, topic_model.words_per_topic, 1, doc_len,
-                                             masking=masking, attend_to_masked=attend_to_masked), topic_model.alpha)
-    raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
+    data = topic_model_for(setting, topic_model)
+    if isinstance(data, SimplifiedTopicModel):
+        return sigma_eigenvalues(setting)
+    if isinstance(data, LDATopicModel):
+        return lda_sigma_eigenvalues(setting, data.alpha)
+    raise ValueError(f"no exact Sigma for a {type(data).__name__}, so no learning rate can be derived "
                      f"from the setting; pass {needs} explicitly")
 
 
@@ -87,9 +88,8 @@ def _check_loss(loss: object) -> None:
 
 
 def default_phases(
-    topic_model: TopicModel, doc_len: int, *, loss: Literal["squared", "cross_entropy"] = "squared",
-    attend_to_masked: bool = True, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    l2: float = 0.0, tol: float = 1e-2,
+    setting: Setting, *, topic_model: TopicModel | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", l2: float = 0.0, tol: float = 1e-2,
 ) -> tuple[tuple[int, float], ...]:
     """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
@@ -103,8 +103,9 @@ def default_phases(
 
     Parameters
     ----------
-    topic_model : TopicModel
-        Simplified or LDA (see :func:`sigma_range`).
+    setting : Setting
+    topic_model : TopicModel, optional
+        Simplified (default, the setting's) or LDA (see :func:`sigma_range`).
     l2 : float
         Ridge weight of the run.
     tol : float
@@ -117,8 +118,8 @@ def default_phases(
 
     Examples
     --------
-    >>> from topicmech.data import SimplifiedTopicModel
-    >>> phases = default_phases(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
+    >>> from topicmech import Masking, Setting
+    >>> phases = default_phases(Setting(6, 5, 2, 40, masking=Masking(mask_prob=0.2), attend_to_masked=True))
     >>> [round(lr, 2) for _, lr in phases]
     [9.08, 3.03, 0.91]
     """
@@ -126,8 +127,7 @@ def default_phases(
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not 0.0 < tol < 1.0:
         raise ValueError(f"tol must be a float in (0, 1), got {tol!r}")
     l2 = check_float("l2", l2, positive=False)
-    lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
-                                   keep_prob=keep_prob, random_prob=random_prob)
+    lam_min, lam_max = sigma_range(setting, topic_model=topic_model)
     lr1, lr1_ce = (stage1_sgd_lr(lam_max, loss=kind, l2=l2) for kind in ("squared", "cross_entropy"))
     lam_min, lam_max = lam_min + l2, lam_max + l2
     per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
@@ -179,29 +179,36 @@ class StageOneRun:
 
 
 def train_value_matrix(
-    topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True,
-    loss: Literal["squared", "cross_entropy"] = "squared", phases: Phases | None = None,
-    batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, mask_prob: float = 0.15,
-    keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, probe_every: int = 20,
+    setting: Setting, *, topic_model: TopicModel | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
+    phases: Phases | None = None, batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0,
+    seed: int = 0, data_seeds: Sequence[int] | None = None, probe_every: int = 20,
 ) -> StageOneRun:
-    """Train ``W^V`` of the stage-1 model by plain SGD with a step-decay learning rate.
+    """Train ``W^V`` of the stage-1 model by SGD (or Adam) with a step-decay learning rate.
 
     One-hot embeddings, frozen uniform attention, identity head, ``W^V`` initialised at
-    ``init_scale`` times a Gaussian; the phases run through
-    :func:`topicmech.train.train` on fresh documents (one seed per phase, spawned from ``seed``).
+    ``init_scale`` times a Gaussian (seed ``seed``); the ``(steps, lr)`` phases run through
+    :func:`topicmech.train.train` on fresh documents, seeded by :func:`topicmech.utils.spawn_seeds`
+    of ``seed`` or by ``data_seeds``.
 
     Parameters
     ----------
-    attend_to_masked : bool
-        Selected positions visible as keys (``False``: hidden, the authors' code).
+    setting : Setting
+        Sizes, document length, masking and key convention of the run.
+    topic_model : TopicModel, optional
+        The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
+    optimizer : {"sgd", "adam"}
+        Plain SGD or Adam (a fresh optimiser per phase).
     phases : sequence of (steps, lr), optional
-        Defaults to :func:`default_phases` for this setting.
+        Defaults to :func:`default_phases` for this setting (SGD) or :data:`ADAM_PHASES`.
     batch_size : int, optional
         Documents per step; defaults to :data:`DEFAULT_BATCH_SIZE` for the loss.
     l2 : float
         Ridge weight (``l2 ||W^V||_F^2`` is added to the loss).
     init_scale : float
         Standard deviation of the initial ``W^V``.
+    data_seeds : sequence of int, optional
+        One seed per phase for the documents and masks (default: spawned from ``seed``).
     probe_every : int
         Record the orbit means every this many steps (and at the end of each phase).
 
@@ -209,19 +216,24 @@ def train_value_matrix(
     -------
     StageOneRun
     """
-    check_topic_model(topic_model)
+    topic_model = topic_model_for(setting, topic_model)
     _check_loss(loss)
-    check_masking(mask_prob, keep_prob, random_prob)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if phases is None:
-        phases = default_phases(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
-                                mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
+        phases = ADAM_PHASES if optimizer == "adam" else default_phases(setting, topic_model=topic_model, loss=loss,
+                                                                        l2=l2)
     phases = check_phases(phases)
+    if data_seeds is not None:
+        data_seeds = [check_seed(s) for s in data_seeds]
+        if len(data_seeds) != len(phases):
+            raise ValueError(f"data_seeds must hold one seed per phase ({len(phases)}), got {len(data_seeds)}")
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
     model = OneLayerTransformer(
         topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned", head="identity",
-        attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed,
+        attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed,
     )
 
     def probe(m: OneLayerTransformer) -> np.ndarray:
@@ -229,9 +241,9 @@ def train_value_matrix(
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
     hist = train(
-        model, topic_model, phases=phases, doc_len=doc_len, batch_size=batch_size,
-        loss=loss, optimizer="sgd", seed=seed, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
-        random_prob=random_prob, probes={"blocks": probe}, probe_every=probe_every,
+        model, topic_model, phases=phases, doc_len=setting.doc_len, batch_size=batch_size, loss=loss,
+        optimizer=optimizer, seed=seed if data_seeds is None else data_seeds, l2=l2, **setting.masking.as_dict(),
+        probes={"blocks": probe}, probe_every=probe_every,
     )
     return StageOneRun(
         W_V=model.value_matrix().detach().double().cpu().numpy(),
@@ -244,13 +256,6 @@ def train_value_matrix(
     )
 
 
-def _as_float64(matrix: np.ndarray | torch.Tensor, shape: tuple[int, int] | None = None) -> np.ndarray:
-    M = np.array(as_float64(matrix))                                  # a copy: callers change it in place
-    if shape is not None and M.shape != shape:
-        raise ValueError(f"matrix must have shape {shape}, got {M.shape}")
-    return M
-
-
 def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topics: int, words_per_topic: int) -> np.ndarray:
     """Orbit means of ``matrix`` (shape ``(D, D)``) minus ``exact`` (e.g. :func:`topicmech.theory.value_block_coefficients`).
 
@@ -259,7 +264,7 @@ def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topi
     errors : ndarray, shape (4,)
         Diagonal, same topic, different topic and ``[MASK]`` column.
     """
-    m = orbit_means(_as_float64(matrix), num_topics, words_per_topic)
+    m = orbit_means(check_matrix("matrix", matrix), num_topics, words_per_topic)
     return np.array([m.diag - exact.diag, m.same_topic - exact.same_topic,
                      m.diff_topic - exact.diff_topic, m.mask_col - exact.mask_col])
 
@@ -272,7 +277,7 @@ def centre_columns(matrix: np.ndarray | torch.Tensor, vocab_size: int) -> np.nda
     The ``[MASK]`` output row is left as is.
     """
     V = check_positive_int("vocab_size", vocab_size)
-    M = _as_float64(matrix, (V + 1, V + 1))
+    M = check_matrix("matrix", matrix, shape=(V + 1, V + 1))
     M[:V] -= M[:V].mean(axis=0, keepdims=True)  # (V, D) minus (1, D)
     return M
 
@@ -303,7 +308,7 @@ def column_topic_margin(matrix: np.ndarray | torch.Tensor, num_topics: int, word
     if T < 2:
         raise ValueError(f"num_topics must be >= 2 for a different-topic entry, got {num_topics!r}")
     V = T * v
-    W = _as_float64(matrix, (V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
+    W = check_matrix("matrix", matrix, shape=(V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
     lowest_same = np.stack([W[t, :, t, :] for t in range(T)]).min(axis=1)  # (T, v_in)
     other = np.where(np.eye(T, dtype=bool)[:, None, :, None], -np.inf, W)  # mask the same-topic blocks
     return float((lowest_same - other.max(axis=(0, 1))).min())

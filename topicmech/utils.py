@@ -17,6 +17,7 @@ import torch
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
     "seed_everything", "setup_notebook", "glue_values", "make_generator", "default_device", "as_float64",
+    "check_matrix",
 ]
 
 Mode = Literal["quick", "full"]
@@ -203,6 +204,23 @@ def check_float(name: str, value: object, *, positive: bool = True) -> float:
     if not math.isfinite(x) or x < 0 or (positive and x == 0):
         raise ValueError(f"{name} must be a finite float {'> 0' if positive else '>= 0'}, got {value!r}")
     return x
+
+
+def check_matrix(name: str, x: torch.Tensor | np.ndarray | Any, *, shape: tuple[int, int] | None = None,
+                 square: bool = False) -> np.ndarray:
+    """``x`` as a new float64 2-D NumPy array (a copy, safe to change in place), else ``ValueError``
+    naming ``name``: not an array, not 2-D, not ``shape`` or, with ``square``, not square."""
+    try:
+        M = np.array(as_float64(x))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array, got {type(x).__name__}") from None
+    if M.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got shape {M.shape}")
+    if square and M.shape[0] != M.shape[1]:
+        raise ValueError(f"{name} must be square, got shape {M.shape}")
+    if shape is not None and M.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {M.shape}")
+    return M
 
 
 def check_probability(name: str, value: object) -> float:
