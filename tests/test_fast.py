@@ -129,7 +129,9 @@ def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
             opt.step()
         assert torch.equal(p1.detach(), p2.detach()) and torch.equal(q1.detach(), q2.detach())
         assert torch.equal(p3.detach(), p4.detach())
-        torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=0.0)
+        # fused and default Adam round in a different order: equal to float32's rounding, not bit for bit
+        torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                   atol=1e-7 if dtype == torch.float32 else 0.0)
     assert (ours.exp_avg == []) == (name == "sgd")                         # SGD keeps no state
     assert fast.TorchOptimKernels([torch.zeros(2, dtype=torch.int64)], name, lr).fused is False   # never fused
 

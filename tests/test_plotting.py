@@ -98,10 +98,9 @@ def test_nan_entries_do_not_break_the_colour_limits():
 
 
 def test_plot_tracked_and_plot_attention():
-    from topicmech import dynamics
-    from topicmech.data import SimplifiedTopicModel
+    from topicmech import Setting, dynamics
 
-    run = dynamics.train_joint(SimplifiedTopicModel(5, 4, 2), 20, steps=60, lr=10.0, init_scale=0.1, batch_size=32,
+    run = dynamics.train_joint(Setting(5, 4, 2, 20, attend_to_masked=False), steps=60, lr=10.0, init_scale=0.1, batch_size=32,
                                probe_every=10, num_heldout=16)
     for scale in ("linear", "sqrt", "log"):
         fig = plotting.plot_tracked(run, loss_reference=0.88, step_scale=scale, title="t")
