@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from topicmech import utils
+from topicmech.notebook import glue_values, setup_notebook
 from topicmech.utils import (
     check_masking,
     check_positive_int,
@@ -20,7 +21,6 @@ from topicmech.utils import (
     make_generator,
     run_mode,
     seed_everything,
-    setup_notebook,
 )
 
 
@@ -210,17 +210,17 @@ def test_glue_values_glues_plain_numbers_in_order(monkeypatch):
 
     glued = []
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
-    utils.glue_values({"gap": np.float64(0.25), "n": np.int64(3), "t": torch.tensor(1.5), "a": np.array(2.0),
+    glue_values({"gap": np.float64(0.25), "n": np.int64(3), "t": torch.tensor(1.5), "a": np.array(2.0),
                        "k": 7, "flag": True, "label": "x"})
     assert glued == [("gap", 0.25, False), ("n", 3, False), ("t", 1.5, False), ("a", 2.0, False), ("k", 7, False),
                      ("flag", True, False), ("label", "x", False)]
     assert [type(v) for _, v, _ in glued[:4]] == [float, int, float, float]
     glued.clear()
-    utils.glue_values({"n": 3, "half": np.float32(0.5)}, convert=float)     # as glue(name, float(value)) would
+    glue_values({"n": 3, "half": np.float32(0.5)}, convert=float)     # as glue(name, float(value)) would
     assert glued == [("n", 3.0, False), ("half", 0.5, False)] and type(glued[0][1]) is float
     with pytest.raises(ValueError, match="values"):
-        utils.glue_values([("gap", 1.0)])
+        glue_values([("gap", 1.0)])
     with pytest.raises(ValueError, match="names"):
-        utils.glue_values({"": 1.0})
+        glue_values({"": 1.0})
     with pytest.raises(ValueError, match=r"values\['v'\]"):
-        utils.glue_values({"v": np.zeros(3)})
+        glue_values({"v": np.zeros(3)})

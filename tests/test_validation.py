@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import fast, utils
+from topicmech import fast, notebook, utils
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check_docs
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
@@ -180,7 +180,7 @@ for label, bad in {"float inputs": DOCS.float(), "inputs id > V": torch.tensor([
 # ---- utils ------------------------------------------------------------------------------------------
 each("seed_everything(", lambda b: lambda: utils.seed_everything(b, deterministic=False), "seed", (None,))
 each("make_generator(", lambda b: lambda: utils.make_generator(b), "seed", (2**64, 1.5))
-each("setup_notebook(threads", lambda b: lambda: utils.setup_notebook(0, threads=b), "threads", (0,))
+each("setup_notebook(threads", lambda b: lambda: notebook.setup_notebook(0, threads=b), "threads", (0,))
 each("check_positive_int(x", lambda b: lambda: utils.check_positive_int("x_arg", b), "x_arg", (0, True))
 each("check_probability(p", lambda b: lambda: utils.check_probability("p_arg", b), "p_arg", (math.nan, "0.5"))
 add("check_masking(keep 0.9 + random 0.2)", lambda: utils.check_masking(0.1, 0.9, 0.2), "keep_prob")

@@ -18,7 +18,8 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
   (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
   :mod:`topicmech.stats` (sampling statistics of chapters 1 and 4 and their tests),
-  :mod:`topicmech.plotting` and :mod:`topicmech.utils` (all chapters).
+  :mod:`topicmech.plotting`, :mod:`topicmech.notebook` (``tm.setup_notebook``, ``tm.glue_values``) and
+  :mod:`topicmech.utils` (all chapters).
 
 Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_topic``,
 ``V = T v``, ``[MASK]`` has id ``V``, ``D = num_tokens = V + 1``, ``N = doc_len``,
@@ -30,7 +31,7 @@ from .data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import attention_by_relation, block_means
 from .setting import BERT_MASKING, Masking, Setting
-from .utils import MODE, is_full, seed_everything, setup_notebook
+from .utils import MODE, is_full, seed_everything
 
 __version__ = "0.2.0"
 
@@ -42,10 +43,15 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
+    if name in ("setup_notebook", "glue_values", "notebook"):   # they pull in matplotlib
+        import importlib
+
+        notebook = importlib.import_module(".notebook", __name__)
+        return notebook if name == "notebook" else getattr(notebook, name)
     raise AttributeError(f"module 'topicmech' has no attribute {name!r}")
 
 
 __all__ = ["Setting", "Masking", "BERT_MASKING", "data", "losses", "model", "plotting", "probes", "runner", "theory",
            "traces", "train", "utils", "SimplifiedTopicModel",
            "LDATopicModel", "bert_mask", "OneLayerTransformer", "block_means", "attention_by_relation",
-           "MODE", "is_full", "seed_everything", "setup_notebook"]
+           "MODE", "is_full", "seed_everything", "setup_notebook", "glue_values"]

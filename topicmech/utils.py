@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch
 
 __all__ = [
     "MODE", "seed_offset", "shift_seed", "spawn_seeds", "numpy_rng", "check_seed", "run_mode", "is_full",
-    "seed_everything", "setup_notebook", "glue_values", "make_generator", "default_device", "as_float64",
+    "seed_everything", "make_generator", "default_device", "as_float64",
     "check_matrix",
 ]
 
@@ -101,57 +101,6 @@ def seed_everything(seed: int, *, deterministic: bool | None = None) -> None:
 def make_generator(seed: int | torch.Generator) -> torch.Generator:
     """``seed`` itself if it is a ``torch.Generator``, else a fresh CPU generator seeded with the shifted seed."""
     return seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(shift_seed(seed))
-
-
-def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
-    """Set ``threads`` torch threads (one by default: two on two busy cores can be far slower),
-    seed everything, draw figures inline in house style; return the run mode."""
-    torch.set_num_threads(check_positive_int("threads", threads))
-    seed_everything(seed)
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:  # pragma: no cover - IPython ships with the book's requirements
-        shell = None
-    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
-        shell.run_line_magic("matplotlib", "inline")  # even if MPLBACKEND=Agg is set
-    from . import plotting  # local import: plotting pulls in matplotlib
-
-    plotting.set_style()
-    return run_mode()
-
-
-def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | None = None) -> None:
-    """Glue every entry of ``values`` for the page's ``{glue:text}`name:format``` roles, in order:
-    ``myst_nb.glue(name, value, display=False)`` for each.
-
-    Each value first goes through ``convert`` when given (``convert=float`` glues exactly what
-    ``glue(name, float(value), display=False)`` would); then a NumPy scalar, a 0-d array or a
-    one-element tensor becomes the Python number it holds, which a format such as ``.2f`` can
-    format. ``ValueError`` naming the entry for a key that is not a non-empty string or a value
-    that is not a number, a bool or a string.
-
-    Examples
-    --------
-    >>> glue_values({"value_gap": gap, "n_seeds": len(seeds)})  # doctest: +SKIP
-    """
-    from myst_nb import glue  # the book's notebook layer, not a dependency of the package
-
-    if not isinstance(values, Mapping):
-        raise ValueError(f"values must be a mapping of names to numbers, got {type(values).__name__}")
-    for name, value in values.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"glue names must be non-empty strings, got {name!r}")
-        if convert is not None:
-            value = convert(value)
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-        elif isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
-            value = value.item()
-        if not isinstance(value, (int, float, str)):
-            raise ValueError(f"values[{name!r}] must be a number, a bool or a string, got {type(value).__name__}")
-        glue(name, value, display=False)
 
 
 def check_positive_int(name: str, value: object) -> int:
