@@ -157,7 +157,7 @@ def test_default_phases_for_lda_data():
     lda = tm.LDATopicModel(4, 3, 0.5)
     setting = tm.Setting(4, 3, 2, 16, attend_to_masked=True)
     phases = stage1.default_phases(setting, topic_model=lda)
-    _, hi = stage1.sigma_range(setting, topic_model=lda)
+    _, hi = theory.sigma_range(setting, topic_model=lda)
     assert phases[0][1] == pytest.approx(0.5 / hi)
 
 

@@ -35,7 +35,6 @@ from .probes import (
     topic_contrasts,
 )
 from .setting import Setting
-from .stage1 import sigma_range
 from .traces import closing_step, loglog_slope, reaching_step
 from .train import History
 from .train import train as _train
@@ -275,7 +274,7 @@ def train_joint(
 
     Default ``lr``: Adam 1e-2; SGD :func:`topicmech.theory.stage1_sgd_lr` (``0.5 / lambda_max``
     squared, ``2 / lambda_max`` cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
-    (:func:`topicmech.stage1.sigma_range`; simplified or LDA data only). Default ``W_star``:
+    (:func:`topicmech.theory.sigma_range`; simplified or LDA data only). Default ``W_star``:
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
     """
@@ -285,7 +284,7 @@ def train_joint(
     if lr is None and optimizer == "adam":
         lr = 1e-2
     elif lr is None:
-        lam_max = sigma_range(setting, topic_model=topic_model, needs="lr")[1]
+        lam_max = theory.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
         lr = theory.stage1_sgd_lr(lam_max, loss=loss)
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
         W_star = theory.optimal_value_matrix(setting)

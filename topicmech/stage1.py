@@ -17,16 +17,16 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, topic_model_for
+from .data import TopicModel, topic_model_for
 from .model import OneLayerTransformer
 from .setting import Setting
-from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues, stage1_sgd_lr
+from .theory import ValueBlocks, orbit_means, sigma_range, stage1_sgd_lr
 from .train import check_phases, train
 from .utils import check_float, check_matrix, check_positive_int, check_seed
 
 __all__ = [
     "SQUARED_PHASES", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
-    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "ADAM_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
+    "default_phases", "CROSS_ENTROPY_PHASES", "ADAM_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
 
@@ -53,35 +53,6 @@ MAX_DEFAULT_STEPS: int = 50_000
 MIN_PHASE_STEPS: int = 20
 
 
-def sigma_range(setting: Setting, *, topic_model: TopicModel | None = None,
-                needs: str = "phases") -> tuple[float, float]:
-    """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` (word block with hidden keys).
-
-    Parameters
-    ----------
-    setting : Setting
-        Sizes, document length, masking and key convention.
-    topic_model : TopicModel, optional
-        The data (:func:`topicmech.data.topic_model_for`): default the setting's simplified
-        model (:func:`topicmech.theory.sigma_eigenvalues`); an
-        :class:`~topicmech.data.LDATopicModel` uses :func:`topicmech.theory.lda_sigma_eigenvalues`;
-        any other raises ValueError.
-    needs : str
-        Argument the caller should set instead, named in that error.
-
-    Returns
-    -------
-    lambda_min, lambda_max : float
-    """
-    data = topic_model_for(setting, topic_model)
-    if isinstance(data, SimplifiedTopicModel):
-        return sigma_eigenvalues(setting)
-    if isinstance(data, LDATopicModel):
-        return lda_sigma_eigenvalues(setting, data.alpha)
-    raise ValueError(f"no exact Sigma for a {type(data).__name__}, so no learning rate can be derived "
-                     f"from the setting; pass {needs} explicitly")
-
-
 def _check_loss(loss: object) -> None:
     if loss not in ("squared", "cross_entropy"):
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
@@ -93,7 +64,7 @@ def default_phases(
 ) -> tuple[tuple[int, float], ...]:
     """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
-    With ``lambda_min, lambda_max`` from :func:`sigma_range` (plus ``l2``), the phases run at
+    With ``lambda_min, lambda_max`` from :func:`topicmech.theory.sigma_range` (plus ``l2``), the phases run at
     ``lr_1`` of :func:`topicmech.theory.stage1_sgd_lr` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
     of ``n`` steps (each at least :data:`MIN_PHASE_STEPS`), ``n`` the smallest with
     ``sum_i 2 lr_i lambda_min n_i >= log(1 / tol)``: SGD contracts the error along an
@@ -105,7 +76,7 @@ def default_phases(
     ----------
     setting : Setting
     topic_model : TopicModel, optional
-        Simplified (default, the setting's) or LDA (see :func:`sigma_range`).
+        Simplified (default, the setting's) or LDA (see :func:`topicmech.theory.sigma_range`).
     l2 : float
         Ridge weight of the run.
     tol : float

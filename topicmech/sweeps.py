@@ -220,7 +220,7 @@ def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | N
         Dimension of learned embeddings (default ``D``).
     lr : float, optional
         Adam :data:`ADAM_LR`; SGD with one-hot embeddings ``0.5 / lambda_max`` (``2 / lambda_max`` for
-        cross-entropy, :func:`topicmech.stage1.sigma_range`); SGD with
+        cross-entropy, :func:`topicmech.theory.sigma_range`); SGD with
         learned embeddings has no rule (the tied loss is quartic in ``W_E``): pass ``lr``.
     heldout : (inputs, selected), optional
         Where attention is read; default 128 clean documents (:func:`topicmech.data.heldout_batch`).
@@ -240,7 +240,7 @@ def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | N
         if optimizer == "adam":
             lr = ADAM_LR
         elif handicap == "embedding":
-            lam_max = stage1.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
+            lam_max = theory.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
             lr = theory.stage1_sgd_lr(lam_max, loss=loss)
         else:
             raise ValueError(

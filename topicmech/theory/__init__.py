@@ -47,6 +47,7 @@ from .lda import (
     lda_optimal_value_matrix,
     lda_sigma_eigenvalues,
     lda_value_blocks,
+    sigma_range,
 )
 from .value import (
     SAFE_FRACTION,
@@ -76,7 +77,7 @@ __all__ = [
     "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr", "topic_eigenvalue",
     # lda
     "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
-    "lda_sigma_eigenvalues", "lda_value_blocks",
+    "lda_sigma_eigenvalues", "lda_value_blocks", "sigma_range",
     # estimates
     "least_squares_value_matrix",
     # embeddings

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data import LDATopicModel, SimplifiedTopicModel, TopicModel, topic_model_for
 from ..setting import Setting
 from ..utils import check_float, check_positive_int
-from .value import ValueBlocks, check_setting, moments, optimum_from_moments, orbit_means, sigma_extremes
+from .value import (
+    ValueBlocks,
+    check_setting,
+    moments,
+    optimum_from_moments,
+    orbit_means,
+    sigma_eigenvalues,
+    sigma_extremes,
+)
 
-__all__ = ["lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
+__all__ = ["sigma_range", "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
            "lda_sigma_eigenvalues", "lda_value_blocks"]
 
 
@@ -95,3 +104,31 @@ def lda_value_blocks(setting: Setting, dirichlet_alpha: float, l2: float = 0.0) 
     W_star = lda_optimal_value_matrix(setting, dirichlet_alpha, l2=l2)
     return orbit_means(W_star, setting.T, setting.v)
 
+
+def sigma_range(setting: Setting, *, topic_model: TopicModel | None = None,
+                needs: str = "phases") -> tuple[float, float]:
+    """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` for the setting's data.
+
+    Parameters
+    ----------
+    setting : Setting
+        Sizes, document length, masking and key convention (word block with hidden keys).
+    topic_model : TopicModel, optional
+        The data (:func:`topicmech.data.topic_model_for`): default the setting's simplified
+        model (:func:`sigma_eigenvalues`); an :class:`~topicmech.data.LDATopicModel` uses
+        :func:`lda_sigma_eigenvalues`; any other raises ValueError.
+    needs : str
+        Argument the caller should set instead, named in that error (no exact ``Sigma``, so no
+        learning rate can be derived).
+
+    Returns
+    -------
+    lambda_min, lambda_max : float
+    """
+    data = topic_model_for(setting, topic_model)
+    if isinstance(data, SimplifiedTopicModel):
+        return sigma_eigenvalues(setting)
+    if isinstance(data, LDATopicModel):
+        return lda_sigma_eigenvalues(setting, data.alpha)
+    raise ValueError(f"no exact Sigma for a {type(data).__name__}, so no learning rate can be derived "
+                     f"from the setting; pass {needs} explicitly")
