@@ -224,3 +224,22 @@ def test_glue_values_glues_plain_numbers_in_order(monkeypatch):
         glue_values({"": 1.0})
     with pytest.raises(ValueError, match=r"values\['v'\]"):
         glue_values({"v": np.zeros(3)})
+
+
+def test_glue_values_without_myst_nb_keeps_the_values(monkeypatch):
+    """An exported notebook runs without Jupyter Book: the values are kept in notebook.GLUED."""
+    import builtins
+
+    from topicmech import notebook
+
+    real_import = builtins.__import__
+
+    def no_myst_nb(name, *args, **kwargs):
+        if name == "myst_nb":
+            raise ImportError("no myst_nb")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
+    monkeypatch.setattr(notebook, "GLUED", {})
+    glue_values({"gap": np.float64(0.25)})
+    assert notebook.GLUED == {"gap": 0.25}

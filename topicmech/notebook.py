@@ -15,7 +15,10 @@ import torch
 from . import plotting
 from .utils import Mode, check_positive_int, run_mode, seed_everything
 
-__all__ = ["setup_notebook", "glue_values"]
+__all__ = ["setup_notebook", "glue_values", "GLUED"]
+
+#: What :func:`glue_values` glued where ``myst_nb`` is not installed (an exported notebook), by name.
+GLUED: dict[str, Any] = {}
 
 
 def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
@@ -37,7 +40,7 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
 
 def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | None = None) -> None:
     """Glue every entry of ``values`` for the page's ``{glue:text}`name:format``` roles, in order:
-    ``myst_nb.glue(name, value, display=False)`` for each.
+    ``myst_nb.glue(name, value, display=False)`` for each (without ``myst_nb``, into :data:`GLUED`).
 
     Each value first goes through ``convert`` when given (``convert=float`` glues exactly what
     ``glue(name, float(value), display=False)`` would); then a NumPy scalar, a 0-d array or a
@@ -49,7 +52,12 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
     --------
     >>> glue_values({"value_gap": gap, "n_seeds": len(seeds)})  # doctest: +SKIP
     """
-    from myst_nb import glue  # the book's notebook layer, not a dependency of the package
+    try:
+        from myst_nb import glue  # the book's notebook layer, not a dependency of the package
+    except ImportError:  # an exported notebook outside Jupyter Book: keep the values in GLUED
+
+        def glue(name: str, value: Any, display: bool = False) -> None:
+            GLUED[name] = value
 
     if not isinstance(values, Mapping):
         raise ValueError(f"values must be a mapping of names to numbers, got {type(values).__name__}")
