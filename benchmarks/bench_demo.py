@@ -61,7 +61,7 @@ def worker(impl: str, threads: int, seed: int) -> dict:
     model = tm.OneLayerTransformer(lda.num_tokens, embedding="one_hot", attention="uniform", value="learned",
                                    head="identity", attend_to_masked=False, seed=seed).to(device)
     kw = dict(steps=s["steps"], batch_size=s["batch_size"], loss="cross_entropy", optimizer="adam", lr=s["lr"],
-              mask_prob=s["mask_prob"], keep_prob=s["keep_prob"], random_prob=s["random_prob"], seed=seed)
+              masking=tm.Masking(s["mask_prob"], s["keep_prob"], s["random_prob"]), seed=seed)
     t1 = time.perf_counter()
     if impl == "fast":
         hist = tm.train.train_uniform(model, docs, lengths=lengths, **kw)

@@ -208,7 +208,7 @@ def test_bert_mask_rates(p_m: float, p_c: float, p_r: float, V: int) -> None:
     share_x2, uniform_x2, sel_z = [], [], []
     for seed in SEEDS:
         docs = model.sample(2000, 50, seed=3000 + seed)
-        inputs, selected = tm.bert_mask(docs, V, p_m, p_c, p_r, seed=4000 + seed)
+        inputs, selected = tm.bert_mask(docs, V, tm.Masking(p_m, p_c, p_r), seed=4000 + seed)
         assert torch.equal(inputs[~selected], docs[~selected])
         n, n_sel = docs.numel(), int(selected.sum())
         z = (n_sel - n * p_m) / math.sqrt(n * p_m * (1 - p_m))
@@ -248,7 +248,7 @@ def test_key_visibility_conventions() -> None:
     eye = torch.eye(N, dtype=torch.bool)
     for seed in SEEDS:
         docs = data.sample(128, N, seed=5000 + seed)
-        inputs, selected = tm.bert_mask(docs, V, mask_prob=0.3, seed=6000 + seed)
+        inputs, selected = tm.bert_mask(docs, V, tm.Masking(mask_prob=0.3), seed=6000 + seed)
         hidden = selected[:, None, :].expand(-1, N, -1)
         for visible in (True, False):
             for attention, scale in (("uniform", 0.01), ("learned", 1.0)):

@@ -25,7 +25,7 @@ from topicmech.stats import relative_errors
 # The chapter's quick-mode setting.
 T, V_PER, TAU, N = 10, 10, 2, 64
 V, D = T * V_PER, T * V_PER + 1
-MASKING = dict(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
+MASKING = tm.Masking(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
 SETTING = tm.Setting.chapter4(attend_to_masked=True)  # T, V_PER, TAU, N and MASKING above
 SEEDS = range(10)  # every sampled or trained claim is re-checked over ten seeds
 CONVENTIONS = (True, False)
@@ -115,7 +115,7 @@ def test_sigma_singular_without_mask_token():
 @pytest.mark.parametrize("si", CONVENTIONS)
 def test_weighted_gap_tends_to_the_authors_constant(si):
     """Theorem part 4 in the chapter's two settings: Richardson-extrapolated gap = closed form to 1e-6."""
-    a = 1 - (1 - MASKING["keep_prob"]) * MASKING["mask_prob"]
+    a = 1 - (1 - MASKING.keep_prob) * MASKING.mask_prob
     for T_, v_, tau_ in ((T, V_PER, TAU), (5, 4, 2)):
         closed_form = 1 / (v_ * a) if si else 1 / v_
         def gap(n):
@@ -211,7 +211,7 @@ def test_mask_column_changes_in_the_limit():
 def test_cross_entropy_ignores_column_shifts(topic_model):
     """Adding a constant to each column of W^V leaves the cross-entropy unchanged (not the squared loss)."""
     docs = topic_model.sample(256, N, seed=21)
-    inputs, selected = tm.bert_mask(docs, V, seed=22, **MASKING)
+    inputs, selected = tm.bert_mask(docs, V, MASKING, seed=22)
     for si in CONVENTIONS:
         model = tm.OneLayerTransformer(D, attend_to_masked=si, init_scale=0.1, seed=0)
         W = model.W_V.detach().clone()
@@ -235,7 +235,7 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
 def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
     """The data-driven optimum on 20,000 documents matches the exact blocks on relative scales."""
     docs = topic_model.sample(20_000, N, seed=100 + seed)
-    inputs, selected = tm.bert_mask(docs, V, seed=200 + seed, **MASKING)
+    inputs, selected = tm.bert_mask(docs, V, MASKING, seed=200 + seed)
     for si in CONVENTIONS:
         W_fit = theory.least_squares_value_matrix(inputs, selected, docs, D, attend_to_masked=si)
         assert_within(relative_errors(theory.orbit_means(W_fit, T, V_PER), exact[si], si), FIT_MARGIN, (seed, si))

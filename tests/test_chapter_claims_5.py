@@ -141,8 +141,7 @@ def test_stage2_training_both_conventions(seed):
     rate_fit = traces.growth_rate(hist.probe_step, contrast)
     assert abs(rate_fit / rate_pred - 1) < 0.2, (rate_fit, rate_pred)
     assert contrast[-1] > 1.0
-    inputs, selected = tm.bert_mask(heldout, V, **MASKING.as_dict(),
-                                    seed=54321 + seed)
+    inputs, selected = tm.bert_mask(heldout, V, MASKING, seed=54321 + seed)
     with torch.no_grad():
         pattern = model.attention_pattern(inputs, selected)
     mq = stage2.mask_query_attention(pattern, inputs, selected, heldout, topic, attend_to_masked=False)

@@ -297,7 +297,7 @@ def test_default_phases_reach_the_optimum(name, head):
     S, C, W_star, _ = _exact(T, v, tau, N, pm, True)
     model = embeddings.embedding_model(D, head=head, seed=0, attend_to_masked=True)
     hist = tm.train.train(model, data, phases=embeddings.DEFAULT_PHASES, doc_len=N, batch_size=256, optimizer="adam",
-                          seed=0, mask_prob=pm)
+                          seed=0, masking=tm.Masking(mask_prob=pm))
     assert np.isfinite(hist.loss).all()
     E = model.W_E.detach().double().numpy()
     if head == "tied":

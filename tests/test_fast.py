@@ -172,8 +172,8 @@ def test_uniform_loss_equals_mlm_loss(docs, loss, attend_to_masked):
     words = torch.randint(D - 1, (B, N), generator=gen)
     gen2 = torch.Generator().manual_seed(0)
     inputs, selected = tm.bert_mask(docs, D - 1, seed=gen2)  # the same draws, through bert_mask
-    xbar, Y, n = fast.chunk_statistics(docs, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
-                                       random_prob=0.1, attend_to_masked=attend_to_masked)
+    xbar, Y, n = fast.chunk_statistics(docs, sel_u, branch, words, num_tokens=D, masking=tm.BERT_MASKING,
+                                       attend_to_masked=attend_to_masked)
     assert torch.equal(n, selected.sum(1).float())
     got = fast.uniform_loss(fast.logits_from_xbar(m, xbar), Y, n, loss, float(n.sum()))
     want = mlm_loss(m(inputs, selected), docs, selected, loss)
@@ -194,8 +194,8 @@ def test_padding_is_invisible(lda, attend_to_masked):
     sel_u[:, 0] = 0.0  # every document has a selected position
     words = torch.randint(D - 1, (B, N), generator=gen)
     m = _model(attend_to_masked=attend_to_masked, init_scale=0.3)
-    xbar, Y, n = fast.chunk_statistics(padded, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
-                                       random_prob=0.1, attend_to_masked=attend_to_masked, lengths=lengths)
+    xbar, Y, n = fast.chunk_statistics(padded, sel_u, branch, words, num_tokens=D, masking=tm.BERT_MASKING,
+                                       attend_to_masked=attend_to_masked, lengths=lengths)
     got = fast.uniform_loss(fast.logits_from_xbar(m, xbar), Y, n, "cross_entropy", float(n.sum()))
     (g_got,) = torch.autograd.grad(got, [m.W_V])
     # reference: each document on its own, the general model and loss, no padding anywhere

@@ -45,7 +45,7 @@ def model64(cfg: dict, attend_to_masked: bool, seed: int = 1) -> OneLayerTransfo
 
 def batch(seed: int = 0, B: int = 12, N: int = 25, mask_prob: float = 0.3):
     docs = LDA.sample(B, N, seed=seed)
-    inputs, selected = tm.bert_mask(docs, LDA.vocab_size, mask_prob=mask_prob, seed=seed + 1)
+    inputs, selected = tm.bert_mask(docs, LDA.vocab_size, tm.Masking(mask_prob=mask_prob), seed=seed + 1)
     return docs, inputs, selected
 
 
@@ -138,7 +138,7 @@ def test_padding_is_invisible(attend_to_masked):
     params = [p for p in model.parameters() if p.requires_grad]
     rows = [LDA.sample(1, n, seed=i)[0] for i, n in enumerate([7, 30, 12, 2, 19])]
     padded, lengths = fast.pad_documents(rows, pad_id=3)
-    inputs, selected = tm.bert_mask(padded, LDA.vocab_size, mask_prob=0.4, seed=8)
+    inputs, selected = tm.bert_mask(padded, LDA.vocab_size, tm.Masking(mask_prob=0.4), seed=8)
     selected[:, 0] = True                                           # every document has a target
     valid = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
     got = fast.selected_loss(model, inputs, padded, selected, "cross_entropy", valid=valid)

@@ -10,6 +10,7 @@ import torch
 
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
+from topicmech.setting import Masking
 
 V = 8           # real words: 4 topics of 2 words
 D = V + 1       # plus [MASK]
@@ -19,7 +20,7 @@ TM = SimplifiedTopicModel(4, 2, 2)
 def batch(num_docs: int = 3, doc_len: int = 7, seed: int = 0, mask_prob: float = 0.4):
     """(docs, inputs, selected) with some selected positions in every document."""
     docs = TM.sample(num_docs, doc_len, seed=seed)
-    inputs, selected = bert_mask(docs, V, mask_prob=mask_prob, keep_prob=0.2, random_prob=0.2, seed=seed + 1)
+    inputs, selected = bert_mask(docs, V, Masking(mask_prob=mask_prob, keep_prob=0.2, random_prob=0.2), seed=seed + 1)
     selected[:, 0] = True            # at least one selected and one unselected position per document
     selected[:, 1] = False
     return docs, inputs, selected

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import Setting, stage2, traces
+from topicmech import Masking, Setting, stage2, traces
 from topicmech import theory as th
 from topicmech.data import SimplifiedTopicModel, bert_mask
 
@@ -145,7 +145,7 @@ def test_growth_rates():
 def test_mask_query_attention_uniform_pattern_is_one():
     tm_ = SimplifiedTopicModel(T, v, tau)
     docs = tm_.sample(200, N, seed=0)
-    inputs, selected = bert_mask(docs, V, 0.3, 0.1, 0.1, seed=1)
+    inputs, selected = bert_mask(docs, V, Masking(0.3, 0.1, 0.1), seed=1)
     for atm in (True, False):
         pattern = torch.full((len(docs), N, N), 0.05, dtype=torch.float64)   # the same weight everywhere
         r = stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, attend_to_masked=atm)

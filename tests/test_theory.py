@@ -343,9 +343,8 @@ def _sample(kw, num_docs, seed):
 
     T, v = kw["num_topics"], kw["words_per_topic"]
     docs = SimplifiedTopicModel(T, v, kw["topics_per_doc"]).sample(num_docs, kw["doc_len"], seed=seed)
-    inputs, selected = bert_mask(
-        docs, T * v, kw.get("mask_prob", 0.15), kw.get("keep_prob", 0.1), kw.get("random_prob", 0.1), seed=seed + 1
-    )
+    masking = Masking(kw.get("mask_prob", 0.15), kw.get("keep_prob", 0.1), kw.get("random_prob", 0.1))
+    inputs, selected = bert_mask(docs, T * v, masking, seed=seed + 1)
     return inputs, selected, docs
 
 

@@ -10,6 +10,7 @@ import topicmech.train as train_mod
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
+from topicmech.setting import Masking
 from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(5, 4, 2)       # V = 20, D = 21
@@ -183,7 +184,7 @@ def test_training_on_a_docs_tensor_uses_only_those_documents(recorded_masks):
 
 def test_masking_probabilities_are_passed_through(recorded_masks):
     train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), TM, steps=2, batch_size=50, doc_len=40, seed=0,
-          mask_prob=1.0, keep_prob=0.0, random_prob=0.0)
+          masking=Masking(mask_prob=1.0, keep_prob=0.0, random_prob=0.0))
     for _, inputs, selected in recorded_masks:
         assert selected.all() and torch.all(inputs == TM.mask_id)
 

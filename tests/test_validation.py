@@ -21,6 +21,7 @@ from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
 from topicmech.probes import attention_by_relation, block_means, relation_masks, topic_contrasts
+from topicmech.setting import Masking
 from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(2, 2, 2)           # V = 4, D = 5
@@ -85,12 +86,14 @@ add("check_docs(string docs)", lambda: check_docs("0 1 2", V), "docs")
 add("train(data=ragged list docs)", train_with(data=[[0, 1], [2]]), "data")
 add("train(data=empty (0, 4))", train_with(data=torch.zeros(0, 4, dtype=torch.long)), "data")
 each("bert_mask(vocab_size", lambda b: lambda: bert_mask(DOCS, b), "vocab_size", (None,))
-for name, (b1, b2) in {"mask_prob": (-0.1, math.inf), "keep_prob": (math.nan, "0.1"),
-                       "random_prob": (1.5, True)}.items():
-    add(f"bert_mask({name}={b1!r})", lambda n=name, b=b1: bert_mask(DOCS, V, **{n: b}), name)
-    add(f"train({name}={b2!r})", train_with(**{name: b2}), name)
-add("bert_mask(keep_prob=0.6, random_prob=0.5)", lambda: bert_mask(DOCS, V, keep_prob=0.6, random_prob=0.5), "keep_prob")
-add("train(keep_prob=0.6, random_prob=0.5)", train_with(keep_prob=0.6, random_prob=0.5), "random_prob")
+for name, bads in {"mask_prob": (-0.1, math.inf), "keep_prob": (math.nan, "0.1"), "random_prob": (1.5, True)}.items():
+    each(f"Masking({name}", lambda b, n=name: lambda: Masking(**{n: b}), name, bads)
+add("Masking(keep_prob=0.6, random_prob=0.5)", lambda: Masking(keep_prob=0.6, random_prob=0.5), "keep_prob")
+add("Masking(keep_prob=0.6, random_prob=0.5) names random_prob", lambda: Masking(keep_prob=0.6, random_prob=0.5),
+    "random_prob")
+for label, bad in {"None": None, "dict": dict(mask_prob=0.15), "tuple": (0.15, 0.1, 0.1), "float": 0.15}.items():
+    add(f"bert_mask(masking={label})", lambda b=bad: bert_mask(DOCS, V, b), "masking")
+    add(f"train(masking={label})", train_with(masking=bad), "masking")
 
 # ---- model ----------------------------------------------------------------------------------------
 each("OneLayerTransformer(num_tokens", lambda b: lambda: OneLayerTransformer(b, attend_to_masked=True), "num_tokens", (0,))
@@ -203,7 +206,7 @@ def test_the_case_list_covers_every_module():
                 "TwoLayerTransformer", "run_with_cache", "attention_pattern", "key_visibility", "freeze", "mlm_loss",
                 "train", "TorchOptimKernels", "History", "block_means", "relation_masks", "attention_by_relation",
                 "topic_contrasts", "seed_everything", "make_generator", "setup_notebook", "check_positive_int",
-                "check_probability", "check_masking")
+                "check_probability", "check_masking", "Masking")
     for prefix in prefixes:
         assert any(c.label.startswith(prefix) for c in CASES), prefix
 

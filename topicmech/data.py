@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .setting import Masking, Setting
-from .utils import check_float, check_masking, check_positive_int, make_generator
+from .setting import BERT_MASKING, Masking, Setting
+from .utils import check_float, check_positive_int, make_generator
 
 __all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "corrupt", "check_docs", "check_topic_model",
            "topic_model_for", "heldout_batch", "HELDOUT_SEED"]
@@ -204,7 +204,7 @@ def heldout_batch(topic_model: TopicModel, num_docs: int, doc_len: int, *, seed:
         return docs, None
     if not isinstance(masking, Masking):
         raise ValueError(f"masking must be a topicmech.Masking or None, got {masking!r}")
-    return bert_mask(docs, topic_model.vocab_size, **masking.as_dict(), seed=seed + 1)
+    return bert_mask(docs, topic_model.vocab_size, masking, seed=seed + 1)
 
 
 def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch.Tensor:
@@ -240,18 +240,26 @@ def corrupt(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, words
     return torch.where(to_random, words, docs).masked_fill_(to_mask, mask_id), selected
 
 
-def bert_mask(docs: torch.Tensor, vocab_size: int, mask_prob: float = 0.15, keep_prob: float = 0.1,
-              random_prob: float = 0.1, seed: int | torch.Generator = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def bert_mask(docs: torch.Tensor, vocab_size: int, masking: Masking = BERT_MASKING, *,
+              seed: int | torch.Generator = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT corruption: select positions, then show ``[MASK]``, a random word, or the word itself.
 
-    Each position is selected with probability ``p_m = mask_prob``; a selected position shows
-    ``[MASK]`` (id ``V``) with probability ``1 - p_c - p_r``, a uniform random word with
-    probability ``p_r = random_prob`` and its own word with probability ``p_c = keep_prob``.
+    Each position is selected with probability ``p_m = masking.mask_prob``; a selected position
+    shows ``[MASK]`` (id ``V``) with probability ``1 - p_c - p_r``, a uniform random word with
+    probability ``p_r = masking.random_prob`` and its own word with probability
+    ``p_c = masking.keep_prob``.
 
     Parameters
     ----------
     docs : LongTensor, shape (num_docs, N)
         Word ids in ``[0, V)``, with ``V = vocab_size``.
+    vocab_size : int
+        ``V``; ``[MASK]`` is id ``V``.
+    masking : Masking
+        The corruption probabilities (default :data:`~topicmech.setting.BERT_MASKING`, BERT's
+        0.15, 0.1, 0.1), validated when the :class:`~topicmech.setting.Masking` was built.
+    seed : int or torch.Generator, keyword only
+        Seeds the draws: selection uniforms, branch uniforms, random words, in that order.
 
     Returns
     -------
@@ -262,7 +270,9 @@ def bert_mask(docs: torch.Tensor, vocab_size: int, mask_prob: float = 0.15, keep
     """
     vocab_size = check_positive_int("vocab_size", vocab_size)
     docs = check_docs(docs, vocab_size)
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking, got {masking!r}")
+    p_m, p_c, p_r = masking.mask_prob, masking.keep_prob, masking.random_prob
     gen = make_generator(seed)
     sel_u = torch.rand(docs.shape, generator=gen)                              # (B, N)
     branch = torch.rand(docs.shape, generator=gen)                             # (B, N)

@@ -183,7 +183,7 @@ def gradient_scaling(
         raise ValueError(f"init_scales must hold at least two positive floats, got {init_scales!r}")
     topic_model = topic_model_for(setting, topic_model)
     docs = topic_model.sample(num_docs, setting.doc_len, seed)                  # (n, N)
-    inputs, selected = bert_mask(docs, topic_model.vocab_size, **setting.masking.as_dict(), seed=seed + 1)
+    inputs, selected = bert_mask(docs, topic_model.vocab_size, setting.masking, seed=seed + 1)
     rows = []
     for eps in scales:
         model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
@@ -280,7 +280,6 @@ def train_joint(
     """
     topic_model = topic_model_for(setting, topic_model)
     doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
-    masking = setting.masking.as_dict()
     if lr is None and optimizer == "adam":
         lr = 1e-2
     elif lr is None:
@@ -292,10 +291,11 @@ def train_joint(
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))
     config = dict(doc_len=doc_len, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
-                  attend_to_masked=attend_to_masked, batch_size=batch_size, loss=loss, **masking, seed=seed,
-                  probe_every=probe_every)
+                  attend_to_masked=attend_to_masked, batch_size=batch_size, loss=loss,
+                  **setting.masking.as_dict(), seed=seed, probe_every=probe_every)
     history = _train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                     optimizer=optimizer, lr=lr, seed=seed, probes=probes, probe_every=probe_every, **masking)
+                     optimizer=optimizer, lr=lr, seed=seed, probes=probes, probe_every=probe_every,
+                     masking=setting.masking)
     times = stage_times(history) if W_star is not None else None
     return JointRun(model, history, None if W_star is None else np.asarray(W_star), times, config)
 

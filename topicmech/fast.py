@@ -29,6 +29,7 @@ from torch.optim.sgd import sgd as _sgd_kernel
 from .data import TopicModel, check_topic_model, corrupt
 from .losses import LOSS_KINDS, LossKind
 from .model import OneLayerTransformer, key_visibility, token_counts
+from .setting import Masking
 from .utils import check_choice, check_positive_int, make_generator
 
 __all__ = ["TorchOptimKernels", "fast_path", "selected_loss", "token_scores", "uniform_loss", "logits_from_xbar",
@@ -103,7 +104,7 @@ def check_lengths(lengths: object, num_docs: int, max_len: int) -> torch.Tensor:
 
 
 def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, random_words: torch.Tensor, *,
-                     num_tokens: int, mask_prob: float, keep_prob: float, random_prob: float, attend_to_masked: bool,
+                     num_tokens: int, masking: Masking, attend_to_masked: bool,
                      lengths: torch.Tensor | None = None,
                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``xbar``, ``Y`` and ``n`` for a stack of batches, from :func:`~topicmech.data.bert_mask`'s raw draws.
@@ -114,6 +115,8 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
         True word ids; uniform random words.
     sel_u, branch : Tensor, shape (..., N)
         Uniform draws in [0, 1) (selection; ``[MASK]``, random or kept).
+    masking : Masking
+        The corruption probabilities (not validated again).
     lengths : LongTensor, shape (...), optional
         Real document lengths; later positions are padding.
     dtype : torch.dtype, optional
@@ -127,7 +130,8 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
         Number of selected positions.
     """
     lead, N = docs.shape[:-1], docs.shape[-1]
-    inputs, selected = corrupt(docs, sel_u, branch, random_words, num_tokens - 1, mask_prob, keep_prob, random_prob)
+    inputs, selected = corrupt(docs, sel_u, branch, random_words, num_tokens - 1, masking.mask_prob, masking.keep_prob,
+                               masking.random_prob)
     if lengths is not None:
         valid = torch.arange(N, device=docs.device) < lengths[..., None]           # (..., N)
         selected &= valid
@@ -333,11 +337,11 @@ def value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch.
 
 
 def uniform_batches(model: OneLayerTransformer, data: TopicModel | torch.Tensor, steps: int, batch_size: int,
-                     doc_len: int, lengths: torch.Tensor | None, masking: tuple[float, float, float],
+                     doc_len: int, lengths: torch.Tensor | None, masking: Masking,
                      gen: torch.Generator, dtype: torch.dtype,
                      device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]]:
     """``(xbar, Y, n, n_total)`` of each of ``steps`` steps for a uniform-attention ``model``: the reference
-    loop's draws from ``gen`` (documents, then ``bert_mask``'s three; ``masking = (p_m, p_c, p_r)``),
+    loop's draws from ``gen`` (documents, then ``bert_mask``'s three; with ``masking``),
     taken ``K`` steps at a time and turned into :func:`chunk_statistics` of ``dtype`` on ``device``."""
     D, B, N = model.num_tokens, batch_size, doc_len
     from_model = isinstance(data, TopicModel)
@@ -358,8 +362,8 @@ def uniform_batches(model: OneLayerTransformer, data: TopicModel | torch.Tensor,
         if not from_model:
             torch.index_select(data, 0, idx[:k_now].reshape(-1), out=docs_c[:k_now].view(-1, N))
         xbar, Y, n = chunk_statistics(
-            docs_c[:k_now], sel_u[:k_now], branch[:k_now], words[:k_now], num_tokens=D, mask_prob=masking[0],
-            keep_prob=masking[1], random_prob=masking[2], attend_to_masked=model.attend_to_masked,
+            docs_c[:k_now], sel_u[:k_now], branch[:k_now], words[:k_now], num_tokens=D, masking=masking,
+            attend_to_masked=model.attend_to_masked,
             lengths=None if lengths is None else lengths[idx[:k_now]], dtype=dtype)
         n_total = n.sum(1).tolist()                                                 # (k_now,) floats
         xbar, Y, n = (t.to(device=device, non_blocking=True) for t in (xbar, Y, n))

@@ -213,7 +213,7 @@ def train_value_matrix(
 
     hist = train(
         model, topic_model, phases=phases, doc_len=setting.doc_len, batch_size=batch_size, loss=loss,
-        optimizer=optimizer, seed=seed if data_seeds is None else data_seeds, l2=l2, **setting.masking.as_dict(),
+        optimizer=optimizer, seed=seed if data_seeds is None else data_seeds, l2=l2, masking=setting.masking,
         probes={"blocks": probe}, probe_every=probe_every,
     )
     return StageOneRun(

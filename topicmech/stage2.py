@@ -154,7 +154,7 @@ def run_stage2(config: Stage2Setting, *, seed: int = 0,
         "mask_query_spread": lambda m: float(m.key_query_matrix()[:V, V].std()),
     }
     history = train(model, data, steps=config.steps, batch_size=config.batch_size, doc_len=setting.doc_len,
-                    loss="squared", optimizer="sgd", lr=config.lr, **setting.masking.as_dict(), seed=10_000 + seed,
+                    loss="squared", optimizer="sgd", lr=config.lr, masking=setting.masking, seed=10_000 + seed,
                     probes=probes, probe_every=config.probe_every)
     return model, history
 

@@ -252,7 +252,7 @@ def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | N
                                 attention="uniform" if handicap == "attention" else "learned", value="learned",
                                 head="tied", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, **setting.masking.as_dict(), seed=2000 + seed)
+                    optimizer=optimizer, lr=lr, masking=setting.masking, seed=2000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)
     att = att[0, 0]                                                                # (4,)
     with torch.no_grad():
@@ -291,7 +291,7 @@ def deep_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = No
     model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_heads=num_heads, num_layers=num_layers,
                                 attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, **setting.masking.as_dict(), seed=3000 + seed)
+                    optimizer=optimizer, lr=lr, masking=setting.masking, seed=3000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)                        # att: (L, H, 4)
     ratio = att[..., 2] / att[..., 3]                                              # (L, H)
     return {

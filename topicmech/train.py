@@ -18,7 +18,8 @@ from torch import nn
 from . import fast
 from .data import TopicModel, check_docs, corrupt
 from .losses import LOSS_KINDS, LossKind, mlm_loss
-from .utils import check_choice, check_float, check_masking, check_positive_int, check_seed, make_generator, spawn_seeds
+from .setting import BERT_MASKING, Masking
+from .utils import check_choice, check_float, check_positive_int, check_seed, make_generator, spawn_seeds
 
 __all__ = ["History", "check_phases", "train", "train_uniform"]
 
@@ -70,7 +71,7 @@ def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], ste
 
 
 def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_len: int,
-             lengths: torch.Tensor | None, masking: tuple[float, float, float], gen: torch.Generator,
+             lengths: torch.Tensor | None, masking: Masking, gen: torch.Generator,
              vocab_size: int, device: torch.device) -> Iterator[tuple[torch.Tensor, ...]]:
     """``(docs, inputs, selected, valid)`` of each step, drawn on the CPU (one random stream everywhere)."""
     arange = torch.arange(doc_len)
@@ -82,7 +83,8 @@ def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_l
             docs = data[idx]                                                        # (B, N)
         sel_u, branch = torch.rand(docs.shape, generator=gen), torch.rand(docs.shape, generator=gen)
         words = torch.randint(vocab_size, docs.shape, generator=gen)                # bert_mask's three draws
-        inputs, selected = corrupt(docs, sel_u, branch, words, vocab_size, *masking)
+        inputs, selected = corrupt(docs, sel_u, branch, words, vocab_size,
+                                   masking.mask_prob, masking.keep_prob, masking.random_prob)
         valid = None if lengths is None else arange[None, :] < lengths[idx][:, None]  # (B, N)
         batch = (docs, inputs, selected, valid)
         if device.type != "cpu":
@@ -119,8 +121,8 @@ def _phase_seeds(seed: object, num_phases: int) -> list[int]:
 def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | None = None, lr: float | None = None,
           phases: Sequence[tuple[int, float]] | None = None, batch_size: int = 64,
           doc_len: int | None = None, loss: LossKind = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
-          l2: float = 0.0, mask_prob: float = 0.15, keep_prob: float = 0.1,
-          random_prob: float = 0.1, seed: int | Sequence[int] = 0, probes: Mapping[str, Probe] | None = None,
+          l2: float = 0.0, masking: Masking = BERT_MASKING, seed: int | Sequence[int] = 0,
+          probes: Mapping[str, Probe] | None = None,
           probe_every: int | None = None, progress: bool = False, lengths: torch.Tensor | None = None,
           check_every: int | None = None, path: Literal["auto", "fast", "reference"] = "auto") -> History:
     """Train the tensors with ``requires_grad`` of ``model`` by masked language modelling.
@@ -138,8 +140,9 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         its own data seed; steps are numbered across phases (see :func:`check_phases`).
     loss, optimizer : {"squared", "cross_entropy"}, {"sgd", "adam"}
         See :func:`topicmech.losses.mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
-    mask_prob, keep_prob, random_prob : float
-        BERT corruption, drawn afresh every step with the documents from ``seed``.
+    masking : Masking
+        BERT corruption (default :data:`~topicmech.setting.BERT_MASKING`), drawn afresh every
+        step with the documents from ``seed``.
     seed : int or sequence of int
         Seeds the documents and masks. With ``phases``, one seed per phase, or an int from
         which they are spawned (:func:`topicmech.utils.spawn_seeds`).
@@ -170,7 +173,8 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         phases = check_phases(phases)
         seeds = _phase_seeds(seed, len(phases))
     batch_size = check_positive_int("batch_size", batch_size)
-    masking = check_masking(mask_prob, keep_prob, random_prob)
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking, got {masking!r}")
     check_choice("loss", loss, LOSS_KINDS)
     l2 = check_float("l2", l2, positive=False)
     if not isinstance(model, nn.Module) or not isinstance(getattr(model, "num_tokens", None), int):

@@ -109,6 +109,6 @@ def sample_chunks(p: Setting, num_docs: int, seed: int, chunk: int):
     seeds = spawn_seeds(seed, 2 * n_chunks)
     for c in range(n_chunks):
         docs = model.sample(min(chunk, num_docs - c * chunk), int(p.N), seed=seeds[2 * c])
-        inputs, selected = bert_mask(docs, p.V, p.p_m, p.p_c, p.p_r, seed=seeds[2 * c + 1])
+        inputs, selected = bert_mask(docs, p.V, p.masking, seed=seeds[2 * c + 1])
         yield docs.numpy(), inputs.numpy(), selected.numpy()
 
