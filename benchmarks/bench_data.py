@@ -87,13 +87,13 @@ def measure(runs: int, ref_docs: int, vec_docs: int) -> list[dict]:
 
     def vec_simplified() -> None:
         docs = stm.sample(vec_docs, N, seed=1)
-        tm.bert_mask(docs, V, P_M, P_C, P_R, seed=2)
+        tm.bert_mask(docs, V, tm.Masking(P_M, P_C, P_R), seed=2)
 
     def vec_lda() -> None:
         lda.sample(vec_docs, N, seed=1)
 
     def vec_lda_mask() -> None:
-        tm.bert_mask(lda.sample(vec_docs, N, seed=1), V, P_M, P_C, P_R, seed=2)
+        tm.bert_mask(lda.sample(vec_docs, N, seed=1), V, tm.Masking(P_M, P_C, P_R), seed=2)
 
     cases = [
         ("simplified + bert_mask", vec_simplified, lambda: ref_simplified(ref_docs, N, random.Random(0))),

@@ -61,14 +61,14 @@ def worker(impl: str, threads: int, seed: int) -> dict:
     model = tm.OneLayerTransformer(lda.num_tokens, embedding="one_hot", attention="uniform", value="learned",
                                    head="identity", attend_to_masked=False, seed=seed).to(device)
     kw = dict(steps=s["steps"], batch_size=s["batch_size"], loss="cross_entropy", optimizer="adam", lr=s["lr"],
-              mask_prob=s["mask_prob"], keep_prob=s["keep_prob"], random_prob=s["random_prob"], seed=seed)
+              masking=tm.Masking(s["mask_prob"], s["keep_prob"], s["random_prob"]), seed=seed)
     t1 = time.perf_counter()
     if impl == "fast":
-        hist = fast.train_uniform(model, docs, lengths=lengths, **kw)
+        hist = tm.train.train_uniform(model, docs, lengths=lengths, **kw)
     else:  # the general loop has no padding: every document at the full 150 tokens (more work)
         full = lda.sample(s["num_docs"], s["max_len"], seed=seed)
         t1 = time.perf_counter()
-        hist = tm.train_model(model, full, path="reference", **kw)  # the general loop, not train()'s fast path
+        hist = tm.train.train(model, full, path="reference", **kw)  # the general loop, not train()'s fast path
     if device.type == "cuda":
         torch.cuda.synchronize()
     t_train = time.perf_counter() - t1

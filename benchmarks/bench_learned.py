@@ -17,7 +17,7 @@ every run starts from the same freshly initialised model):
 * ``step only``: that path's loss, backward pass and optimiser step on one fixed masked
   batch (the share of ``train()`` not spent drawing documents and masks);
 * ``train(), reference path``: ``train(path="reference")``, the model's own forward pass
-  (full ``(N x N)`` attention and ``(batch, N, D)`` logits) and :func:`topicmech.train.mlm_loss`,
+  (full ``(N x N)`` attention and ``(batch, N, D)`` logits) and :func:`topicmech.losses.mlm_loss`,
   measured in the same run for the ratio;
 * ``step only, reference``: its forward, loss, backward and Adam step (the default ``torch.optim.Adam``'s
   arithmetic, :class:`topicmech.fast.TorchOptimKernels`) on
@@ -52,7 +52,7 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
 
     import topicmech as tm
     from topicmech import fast
-    from topicmech.train import mlm_loss
+    from topicmech.losses import mlm_loss
     from topicmech.utils import default_device
 
     torch.set_num_threads(threads)
@@ -71,7 +71,7 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
                                               **cfg).to(device)
 
             def loop() -> None:
-                tm.train_model(fresh_model(), docs, steps=n_steps, batch_size=batch, loss=s["loss"],
+                tm.train.train(fresh_model(), docs, steps=n_steps, batch_size=batch, loss=s["loss"],
                                optimizer=s["optimizer"], lr=s["lr"], seed=1, path=path)
                 if device.type == "cuda":
                     torch.cuda.synchronize()

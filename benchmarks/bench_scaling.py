@@ -3,7 +3,7 @@
 One axis varies at a time around the base point N = 150, batch = 40, V = 100 (T = 10
 topics, so v = V / 10; LDA alpha = 0.1; cross-entropy; Adam). Three training paths:
 
-* ``uniform, fast``: frozen uniform attention, :func:`topicmech.fast.train_uniform`;
+* ``uniform, fast``: frozen uniform attention, :func:`topicmech.train.train_uniform`;
 * ``uniform, train()``: the same model through the general loop :func:`topicmech.train.train`;
 * ``learned, train()``: one-hot embeddings, learned W^K, W^Q, W^V (the general model).
 
@@ -44,7 +44,6 @@ def measure(runs: int, full: bool) -> list[dict]:
     import torch
 
     import topicmech as tm
-    from topicmech import fast
     from topicmech.utils import default_device
 
     torch.set_num_threads(1)
@@ -64,8 +63,8 @@ def measure(runs: int, full: bool) -> list[dict]:
                 attention = "learned" if path.startswith("learned") else "uniform"
                 model = tm.OneLayerTransformer(lda.num_tokens, attention=attention, value="learned", head="identity",
                                                attend_to_masked=False, seed=0).to(device)
-                trainer = fast.train_uniform if path == "uniform, fast" else \
-                    functools.partial(tm.train_model, path="reference")  # the general loop, not train()'s fast path
+                trainer = tm.train.train_uniform if path == "uniform, fast" else \
+                    functools.partial(tm.train.train, path="reference")  # the general loop, not train()'s fast path
 
                 def run() -> None:
                     trainer(model, docs, steps=steps, batch_size=B, loss="cross_entropy", optimizer="adam", seed=1)

@@ -5,7 +5,7 @@
 * ``dense``: :func:`topicmech.theory.optimal_value_matrix`, exact moments and a dense
   (D, D) solve, up to V = 2000 (time and memory grow as V^3 and V^2);
 * ``training``: W^V trained by plain SGD (squared loss, batch 256, fresh documents every
-  step, the fast path :func:`topicmech.fast.train_uniform`) from W^V = 0 until the three
+  step, the fast path :func:`topicmech.train.train_uniform`) from W^V = 0 until the three
   block means and the [MASK] column mean are all within 0.01 of the exact optimum, at
   V = 100.
 
@@ -39,36 +39,39 @@ def measure(runs: int, dense_max: int, algebra_sizes: list[int], dense_sizes: li
     import torch
 
     import topicmech as tm
-    from topicmech import fast, theory
+    from topicmech import theory
 
     torch.set_num_threads(1)
     algebra, dense = [], []
     for V in algebra_sizes:
-        t = C.repeat(lambda: theory.value_block_coefficients(T, V // T, TAU, N), runs=max(runs, 20), warmup=2)
+        setting = tm.Setting(T, V // T, TAU, N, attend_to_masked=True)
+        t = C.repeat(lambda: theory.value_block_coefficients(setting), runs=max(runs, 20), warmup=2)
         algebra.append({"V": V, **t})
     for V in [s for s in dense_sizes if s <= dense_max]:
         n_runs = runs if V <= 500 else max(1, runs // 3)
-        t = C.repeat(lambda: theory.optimal_value_matrix(T, V // T, TAU, N), runs=n_runs, warmup=0)
-        W = theory.optimal_value_matrix(T, V // T, TAU, N)
-        Wb = theory.block_matrix(theory.value_block_coefficients(T, V // T, TAU, N), T, V // T)
+        setting = tm.Setting(T, V // T, TAU, N, attend_to_masked=True)
+        t = C.repeat(lambda: theory.optimal_value_matrix(setting), runs=n_runs, warmup=0)
+        W = theory.optimal_value_matrix(setting)
+        Wb = theory.block_matrix(theory.value_block_coefficients(setting), T, V // T)
         dense.append({"V": V, **t, "max_abs_diff_vs_algebra": float(np.max(np.abs(W - Wb))),
                       "matrix_mib": W.nbytes / 2**20})
 
     # training to the same accuracy, at a small vocabulary
     V, Nt = TRAIN["V"], TRAIN["doc_len"]
     v = V // T
-    target = theory.value_block_coefficients(T, v, TAU, Nt)
-    t_alg = C.repeat(lambda: theory.value_block_coefficients(T, v, TAU, Nt), runs=20, warmup=2)
-    t_dense = C.repeat(lambda: theory.optimal_value_matrix(T, v, TAU, Nt), runs=runs, warmup=0)
+    setting = tm.Setting(T, v, TAU, Nt, attend_to_masked=True)
+    target = theory.value_block_coefficients(setting)
+    t_alg = C.repeat(lambda: theory.value_block_coefficients(setting), runs=20, warmup=2)
+    t_dense = C.repeat(lambda: theory.optimal_value_matrix(setting), runs=runs, warmup=0)
     stm = tm.SimplifiedTopicModel(T, v, TAU)
     train_runs = []
     for seed in range(max(1, min(runs, 3))):
         model = tm.OneLayerTransformer(stm.num_tokens, attention="uniform", value="learned", head="identity",
-                                       init_scale=0.0, seed=seed)
+                                       init_scale=0.0, seed=seed, attend_to_masked=True)
         steps, err = 0, float("inf")
         w0, c0 = time.perf_counter(), time.process_time()
         while err > TRAIN["tolerance"] and steps < TRAIN["max_steps"]:
-            fast.train_uniform(model, stm, steps=TRAIN["check_every"], batch_size=TRAIN["batch_size"], doc_len=Nt,
+            tm.train.train_uniform(model, stm, steps=TRAIN["check_every"], batch_size=TRAIN["batch_size"], doc_len=Nt,
                                loss="squared", optimizer="sgd", lr=TRAIN["lr"], seed=1000 * seed + steps)
             steps += TRAIN["check_every"]
             learned = theory.orbit_means(model.W_V.detach().double().numpy(), T, v)

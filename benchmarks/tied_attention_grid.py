@@ -1,7 +1,7 @@
 """The optimal tied attention over a grid of tau and T (the authors' stage-2 result).
 
 For each setting and both key-visibility conventions this computes the optimum of the
-tied-score family (:func:`topicmech.tied_attention.tied_attention_optimum`) and the
+tied-score family (:func:`topicmech.theory.tied_attention_optimum`) and the
 authors' weighted ratio ``((v - 1) / v) alpha + beta / v``:
 
 * over tau in {2, 3, 4} at T = 8, and over T in {4, 6, 8, 10} at tau = 2 (v = 3, N = 32,
@@ -42,10 +42,11 @@ N_SWEEP = dict(num_topics=8, taus=[2, 3, 4], doc_lens=[64, 128], num_docs=50_000
 
 
 def _opt(T: int, tau: int, si: bool, seed: int, num_docs: int, doc_len: int = DOC_LEN) -> dict:
-    from topicmech.tied_attention import tied_attention_optimum
+    from topicmech.setting import Setting
+    from topicmech.theory import tied_attention_optimum
 
     t0 = time.perf_counter()
-    o = tied_attention_optimum(T, V_WORDS, tau, doc_len, attend_to_masked=si, seed=seed, num_docs=num_docs)
+    o = tied_attention_optimum(Setting(T, V_WORDS, tau, doc_len, attend_to_masked=si), seed=seed, num_docs=num_docs)
     d = o.to_dict()
     d["seconds"] = time.perf_counter() - t0
     return d

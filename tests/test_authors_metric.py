@@ -15,17 +15,19 @@ import torch
 pytest.importorskip("gensim")
 transformers = pytest.importorskip("transformers")
 
+import topicmech.corpus as tc  # noqa: E402
 import topicmech.pretrained as tp  # noqa: E402
+import topicmech.word_pairs as tw  # noqa: E402
 
 
-def _lda(tw: np.ndarray, words: list[str]) -> tp.FittedLDA:
+def _lda(tw: np.ndarray, words: list[str]) -> tc.FittedLDA:
     from gensim.corpora import Dictionary
 
     dictionary = Dictionary([words])
     order = [dictionary.token2id[w] for w in words]
     full = np.zeros_like(tw)
     full[:, order] = tw
-    return tp.FittedLDA(SimpleNamespace(num_topics=tw.shape[0], get_topics=lambda: full), dictionary, "fake")
+    return tc.FittedLDA(SimpleNamespace(num_topics=tw.shape[0], get_topics=lambda: full), dictionary, "fake")
 
 
 WORDS = ["apple", "pear", "plum", "car", "bus", "tram", "tree"]
@@ -35,38 +37,38 @@ TW = np.array([[0.40, 0.25, 0.05, 0.0, 0.0, 0.0, 0.30],
 
 
 def test_top_fraction_count():
-    assert tp.top_fraction_count(0.0005, 5450) == 3
-    assert tp.top_fraction_count(0.002, 5450) == 11
-    assert tp.top_fraction_count(0.0005, 100) == 1          # never fewer than one word
+    assert tc.top_fraction_count(0.0005, 5450) == 3
+    assert tc.top_fraction_count(0.002, 5450) == 11
+    assert tc.top_fraction_count(0.0005, 100) == 1          # never fewer than one word
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="fraction"):
-            tp.top_fraction_count(bad, 100)
+            tc.top_fraction_count(bad, 100)
     with pytest.raises(ValueError, match="vocab_size"):
-        tp.top_fraction_count(0.1, 0)
+        tc.top_fraction_count(0.1, 0)
 
 
 def test_top_topic_words_overlap_and_disjoint():
     lda = _lda(TW, WORDS)
     # 2 of 7 words per topic: fruit -> apple, tree; vehicles -> car, tree
-    ov = tp.top_topic_words(lda, 2 / 7, overlap=True)
+    ov = tc.top_topic_words(lda, 2 / 7, overlap=True)
     assert ov.topics == {"apple": {0}, "tree": {0, 1}, "car": {1}}
-    dis = tp.top_topic_words(lda, 2 / 7, overlap=False)
+    dis = tc.top_topic_words(lda, 2 / 7, overlap=False)
     assert dis.topics == {"apple": {0}, "car": {1}}            # the shared word is dropped
     assert dis.num_topics == 2
-    one = tp.top_topic_words(lda, 1e-6)                        # at least one word per topic
+    one = tc.top_topic_words(lda, 1e-6)                        # at least one word per topic
     assert one.topics == {"apple": {0}, "car": {1}}
-    three = tp.top_topic_words(lda, 3 / 7, overlap=False)
+    three = tc.top_topic_words(lda, 3 / 7, overlap=False)
     assert set(three.words) == {"apple", "pear", "car", "bus"}
     only_shared = _lda(np.array([[0.5, 0.5], [0.5, 0.5]]), ["x", "y"])
     with pytest.raises(ValueError, match="no word left"):
-        tp.top_topic_words(only_shared, 0.5, overlap=False)
+        tc.top_topic_words(only_shared, 0.5, overlap=False)
 
 
 def test_embedding_ratios_known_answer():
     # topic 0: (1, 1) and (1, 0); topic 1: (0, 2) and (0, 1)
     X = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 2.0], [0.0, 1.0]])
     M = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
-    r = tp.embedding_ratios(X, M)
+    r = tw.embedding_ratios(X, M)
     # dot: same pairs 1, 1, 2, 2 -> 1.5; different pairs (2 each way): 2, 1, 0, 0 -> 0.75
     assert r["dot_same"] == pytest.approx(1.5) and r["dot_diff"] == pytest.approx(0.75)
     assert r["dot_ratio"] == pytest.approx(2.0)
@@ -78,15 +80,15 @@ def test_embedding_ratios_known_answer():
     # overlapping topic sets go through the general path: a word in both topics is same-topic with all
     M2 = M.copy()
     M2[0, 1] = True
-    r2 = tp.embedding_ratios(X, M2)
+    r2 = tw.embedding_ratios(X, M2)
     same = [X[i] @ X[j] for i in range(4) for j in range(4) if i != j and (M2[i] & M2[j]).any()]
     assert r2["dot_same"] == pytest.approx(np.mean(same)) and r2["num_same_pairs"] == len(same)
     with pytest.raises(ValueError, match="zero norm"):
-        tp.embedding_ratios(np.zeros((2, 2)), np.eye(2, dtype=bool))
+        tw.embedding_ratios(np.zeros((2, 2)), np.eye(2, dtype=bool))
     with pytest.raises(ValueError, match="same-topic and different-topic"):
-        tp.embedding_ratios(np.eye(2), np.ones((2, 1), dtype=bool))
+        tw.embedding_ratios(np.eye(2), np.ones((2, 1), dtype=bool))
     with pytest.raises(ValueError, match="must agree"):
-        tp.embedding_ratios(np.eye(3), np.ones((2, 1), dtype=bool))
+        tw.embedding_ratios(np.eye(3), np.ones((2, 1), dtype=bool))
 
 
 def test_embedding_ratios_common_component_pulls_ratio_to_one():
@@ -94,7 +96,7 @@ def test_embedding_ratios_common_component_pulls_ratio_to_one():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 64)) + 8.0 * np.ones(64)
     M = np.eye(3, dtype=bool)[rng.integers(0, 3, size=60)]
-    r = tp.embedding_ratios(X, M)
+    r = tw.embedding_ratios(X, M)
     assert abs(r["cosine_ratio"] - 1) < 0.01 and abs(r["dot_ratio"] - 1) < 0.01
 
 
@@ -206,7 +208,7 @@ def test_authors_metric_on_stub_encoder():
     for w, v in {"apple": [1, 1], "pear": [1, 0], "car": [0, 2], "bus": [0, 1], "tree": [1, 1]}.items():
         table[tok.vocab[w]] = v
     table[:4] = 1.0
-    corpus = tp.corpus_from_texts(["apple pear car bus tree apple", "bus car pear apple"], name="tiny")
+    corpus = tc.corpus_from_texts(["apple pear car bus tree apple", "bus car pear apple"], name="tiny")
     df = tp.authors_metric(_UniformAttention(table), tok, corpus, lda, fractions=(2 / 7, 3 / 7), max_pieces=16,
                            chunks_per_doc=None)
     assert len(df) == 4 and set(df.overlap) == {False, True}
@@ -227,7 +229,7 @@ def test_authors_metric_random_tiny_bert_layer_vectors():
     tok = _TinyTokenizer(WORDS)
     cfg = _tiny_config()
     model = tp.random_encoder(cfg, seed=0)
-    corpus = tp.corpus_from_texts(["apple pear car bus tree apple plum tram", "bus car pear apple tram plum"])
+    corpus = tc.corpus_from_texts(["apple pear car bus tree apple plum tram", "bus car pear apple tram plum"])
     df = tp.authors_metric(model, tok, corpus, lda, fractions=(3 / 7,), max_pieces=16, chunks_per_doc=None,
                            vectors="layer")
     assert len(df) == 2 and np.isfinite(df[["cosine_ratio", "dot_ratio", "attention_ratio"]].to_numpy()).all()

@@ -29,6 +29,7 @@ from scipy import stats
 
 import topicmech as tm
 from topicmech import theory
+from topicmech.stats import count_chi2, distinct_topics_moments, doc_counts, max_abs_z, pair_stats
 
 PER_CHECK = 1e-6
 POOLED = 1e-4
@@ -38,41 +39,8 @@ BOOK = dict(T=10, v=10, tau=2, N=64)
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers (the same estimators as chapter 1, written independently of the notebook)
+# Helpers (the estimators of chapter 1 are in topicmech.stats)
 # ---------------------------------------------------------------------------------------
-
-
-def doc_counts(tokens: torch.Tensor, size: int) -> np.ndarray:
-    """(num_docs, size) count vectors."""
-    M = tokens.shape[0]
-    flat = (torch.arange(M)[:, None] * size + tokens).reshape(-1)
-    return torch.bincount(flat, minlength=M * size).reshape(M, size).double().numpy()
-
-
-def count_chi2(counts: np.ndarray, p: np.ndarray, P: np.ndarray) -> tuple[float, int]:
-    """Chi-square of summed count vectors against the exact mean N p and covariance."""
-    M, N = counts.shape[0], counts[0].sum()
-    cov = N * np.diag(p) + N * (N - 1) * P - N**2 * np.outer(p, p)
-    x = (counts.sum(0) - M * N * p) / math.sqrt(M)
-    return float(x @ np.linalg.pinv(cov, hermitian=True, rcond=1e-10) @ x), len(p) - 1
-
-
-def pair_stats(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased pair-frequency estimate and its standard error."""
-    M, N = counts.shape[0], counts[0].sum()
-    K = N * (N - 1)
-    s1 = counts.T @ counts - np.diag(counts.sum(0))
-    s2 = (counts**2).T @ counts**2
-    np.fill_diagonal(s2, ((counts**2 - counts) ** 2).sum(0))
-    mean = s1 / (M * K)
-    var = s2 / (M * K**2) - mean**2
-    return mean, np.sqrt(var / M)
-
-
-def max_abs_z(est: np.ndarray, se: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
-    iu = np.triu_indices(len(exact))
-    z = (est - exact)[iu] / se[iu]
-    return float(np.abs(z).max()), float(stats.norm.isf(PER_CHECK / (2 * len(z))))
 
 
 def pooled_chi2_ok(values: list[float], df: int) -> tuple[bool, str]:
@@ -80,18 +48,6 @@ def pooled_chi2_ok(values: list[float], df: int) -> tuple[bool, str]:
     total, dof = float(np.sum(values)), df * len(values)
     lo, hi = stats.chi2.ppf(POOLED / 2, dof), stats.chi2.isf(POOLED / 2, dof)
     return lo < total < hi, f"sum {total:.1f} not in ({lo:.1f}, {hi:.1f}) for {dof} dof"
-
-
-def distinct_topics_moments(model: tm.data.TopicModel, N: int) -> tuple[float, float]:
-    """Exact mean and variance of the number of distinct topics in a document of length N."""
-    if isinstance(model, tm.SimplifiedTopicModel):
-        m = model.topics_per_doc
-        miss1, miss2 = (1 - 1 / m) ** N, (1 - 2 / m) ** N
-    else:
-        m, a = model.num_topics, model.alpha
-        miss1 = float(np.prod([((m - 1) * a + k) / (m * a + k) for k in range(N)]))
-        miss2 = float(np.prod([((m - 2) * a + k) / (m * a + k) for k in range(N)]))
-    return m * (1 - miss1), m * miss1 * (1 - miss1) + m * (m - 1) * (miss2 - miss1**2)
 
 
 SAMPLER_SETTINGS = {
@@ -127,9 +83,9 @@ def test_sampler_matches_exact_statistics(name: str) -> None:
         assert x2 < stats.chi2.isf(PER_CHECK, df_t), (name, seed, "topics", x2)
         topic_x2.append(x2)
 
-        zmax, bound = max_abs_z(*pair_stats(cw), model.expected_cooccurrence())
+        zmax, bound = max_abs_z(*pair_stats(cw), model.expected_cooccurrence(), PER_CHECK)
         assert zmax < bound, (name, seed, "word co-occurrence", zmax, bound)
-        zmax, bound = max_abs_z(*pair_stats(ct), model.expected_topic_cooccurrence())
+        zmax, bound = max_abs_z(*pair_stats(ct), model.expected_topic_cooccurrence(), PER_CHECK)
         assert zmax < bound, (name, seed, "topic co-occurrence", zmax, bound)
 
         k = (ct > 0).sum(1)
@@ -252,7 +208,7 @@ def test_bert_mask_rates(p_m: float, p_c: float, p_r: float, V: int) -> None:
     share_x2, uniform_x2, sel_z = [], [], []
     for seed in SEEDS:
         docs = model.sample(2000, 50, seed=3000 + seed)
-        inputs, selected = tm.bert_mask(docs, V, p_m, p_c, p_r, seed=4000 + seed)
+        inputs, selected = tm.bert_mask(docs, V, tm.Masking(p_m, p_c, p_r), seed=4000 + seed)
         assert torch.equal(inputs[~selected], docs[~selected])
         n, n_sel = docs.numel(), int(selected.sum())
         z = (n_sel - n * p_m) / math.sqrt(n * p_m * (1 - p_m))
@@ -292,7 +248,7 @@ def test_key_visibility_conventions() -> None:
     eye = torch.eye(N, dtype=torch.bool)
     for seed in SEEDS:
         docs = data.sample(128, N, seed=5000 + seed)
-        inputs, selected = tm.bert_mask(docs, V, mask_prob=0.3, seed=6000 + seed)
+        inputs, selected = tm.bert_mask(docs, V, tm.Masking(mask_prob=0.3), seed=6000 + seed)
         hidden = selected[:, None, :].expand(-1, N, -1)
         for visible in (True, False):
             for attention, scale in (("uniform", 0.01), ("learned", 1.0)):
@@ -322,8 +278,9 @@ def _stage1(visible: bool, seed: int):
     model = tm.OneLayerTransformer(data.num_tokens, attend_to_masked=visible, init_scale=0.01, seed=seed)
     mask_col_init = model.W_V[:, data.mask_id].detach().clone()
     history = tm.train.train(model, data, steps=1000, batch_size=64, doc_len=N, lr=10.0, seed=100 + seed)
-    Sigma, C = theory.moments(T, v, tau, N, attend_to_masked=visible)
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=visible)
+    setting = tm.Setting(T, v, tau, N, attend_to_masked=visible)
+    Sigma, C = theory.moments(setting)
+    W_star = theory.optimal_value_matrix(setting)
     W = model.W_V.detach().double().numpy()
     return dict(
         L_star=theory.population_loss(W_star, Sigma, C),
@@ -360,12 +317,13 @@ def test_stage1_training_reaches_topic_block(seed: int) -> None:
 
 @pytest.mark.parametrize("T,v,tau", [(10, 10, 2), (5, 4, 2)])
 def test_optimum_approaches_bayes_floor_like_one_over_N(T: int, v: int, tau: int) -> None:
-    floor = theory.bayes_risk(T, v, tau)
+    setting = tm.Setting(T, v, tau, 16, attend_to_masked=True)
+    floor = theory.bayes_risk(setting)
     Ns = [16, 64, 256, 1024]
     excess = []
     for N in Ns:
-        Sigma, C = theory.moments(T, v, tau, N)
-        excess.append(theory.population_loss(theory.optimal_value_matrix(T, v, tau, N), Sigma, C) - floor)
+        Sigma, C = theory.moments(setting.replace(doc_len=N))
+        excess.append(theory.population_loss(theory.optimal_value_matrix(setting.replace(doc_len=N)), Sigma, C) - floor)
     scaled = np.array(Ns) * np.array(excess)
     assert all(e > 0 for e in excess) and np.all(np.diff(excess) < 0)
     assert scaled.max() / scaled.min() < 1.3, scaled

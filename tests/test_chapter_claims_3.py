@@ -44,17 +44,18 @@ SEP_MAX = 0.1       # within-topic spread / distance between topics where the op
 
 @pytest.fixture(scope="module")
 def prediction():
-    Sigma, C = th.moments(T, V_PER, TAU, N, attend_to_masked=ATTEND)
-    W = th.optimal_value_matrix(T, V_PER, TAU, N, attend_to_masked=ATTEND)
-    tied = {d: te.tied_embedding_blocks(Sigma, C, T, V_PER, d) for d in (1, *DS)}
+    setting = tm.Setting(T, V_PER, TAU, N, attend_to_masked=ATTEND)
+    Sigma, C = th.moments(setting)
+    W = th.optimal_value_matrix(setting)
+    tied = {d: th.tied_embedding_blocks(Sigma, C, T, V_PER, d) for d in (1, *DS)}
     sep_opt_D = _separation(th.tied_embedding_optimum(Sigma, C, D, restarts=1)[1])
     return {"Sigma": Sigma, "C": C, "W": W, "tied": tied, "sep_opt_D": sep_opt_D}
 
 
 def _train(d, head, seed, *, loss="squared", phases=te.DEFAULT_PHASES, attend=ATTEND):
     model = te.embedding_model(D, d, head=head, attend_to_masked=attend, seed=seed)
-    te.train_in_phases(model, tm.SimplifiedTopicModel(T, V_PER, TAU), doc_len=N, loss=loss,
-                       phases=phases, seed=seed)
+    tm.train.train(model, tm.SimplifiedTopicModel(T, V_PER, TAU), phases=phases, doc_len=N, batch_size=256,
+                   loss=loss, optimizer="adam", seed=seed)
     return model
 
 

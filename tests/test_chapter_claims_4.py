@@ -20,12 +20,13 @@ import torch
 
 import topicmech as tm
 from topicmech import stage1, theory
+from topicmech.stats import relative_errors
 
 # The chapter's quick-mode setting.
 T, V_PER, TAU, N = 10, 10, 2, 64
 V, D = T * V_PER, T * V_PER + 1
-MASKING = dict(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
-SETTING = dict(num_topics=T, words_per_topic=V_PER, topics_per_doc=TAU, doc_len=N, **MASKING)
+MASKING = tm.Masking(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)
+SETTING = tm.Setting.chapter4(attend_to_masked=True)  # T, V_PER, TAU, N and MASKING above
 SEEDS = range(10)  # every sampled or trained claim is re-checked over ten seeds
 CONVENTIONS = (True, False)
 # Margins on |relative error| (see relative_errors), the same as in the chapter.
@@ -35,23 +36,11 @@ RIDGE_MARGIN = {"boost": 0.25, "topic": 0.02, "diff_topic": 0.1, "mask_col": 0.1
 
 # Other parameter sets for the exact claims.
 OTHER_SETTINGS = [
-    dict(num_topics=4, words_per_topic=3, topics_per_doc=2, doc_len=17, mask_prob=0.2, keep_prob=0.2, random_prob=0.1),
-    dict(num_topics=6, words_per_topic=2, topics_per_doc=1, doc_len=9, mask_prob=0.5, keep_prob=0.0, random_prob=0.3),
-    dict(num_topics=3, words_per_topic=5, topics_per_doc=2, doc_len=200, mask_prob=0.05, keep_prob=0.5, random_prob=0.0),
+    tm.Setting(4, 3, 2, 17, masking=tm.Masking(0.2, 0.2, 0.1), attend_to_masked=True),
+    tm.Setting(6, 2, 1, 9, masking=tm.Masking(0.5, 0.0, 0.3), attend_to_masked=True),
+    tm.Setting(3, 5, 2, 200, masking=tm.Masking(0.05, 0.5, 0.0), attend_to_masked=True),
 ]
 ALL_SETTINGS = [SETTING] + OTHER_SETTINGS
-
-
-def relative_errors(learned: theory.ValueBlocks, target: theory.ValueBlocks, visible: bool) -> dict[str, float]:
-    """Errors of learned orbit means on the scale of each exact quantity (as in the chapter)."""
-    topic = target.same_topic - target.diff_topic
-    boost_scale = target.diag - target.same_topic if visible else topic  # hidden keys: alpha* = beta*
-    return {
-        "boost": ((learned.diag - learned.same_topic) - (target.diag - target.same_topic)) / boost_scale,
-        "topic": (learned.same_topic - learned.diff_topic) / topic - 1,
-        "diff_topic": (learned.diff_topic - target.diff_topic) / abs(target.diff_topic),
-        "mask_col": (learned.mask_col - target.mask_col) / target.mask_col if visible else learned.mask_col,
-    }
 
 
 def assert_within(errors: dict[str, float], margins: dict[str, float], context: object) -> None:
@@ -66,12 +55,12 @@ def topic_model() -> tm.SimplifiedTopicModel:
 
 @pytest.fixture(scope="module")
 def exact() -> dict[bool, theory.ValueBlocks]:
-    return {si: theory.value_block_coefficients(**SETTING, attend_to_masked=si) for si in CONVENTIONS}
+    return {si: theory.value_block_coefficients(SETTING.replace(attend_to_masked=si)) for si in CONVENTIONS}
 
 
 @pytest.fixture(scope="module")
 def dense() -> dict[bool, np.ndarray]:
-    return {si: theory.optimal_value_matrix(**SETTING, attend_to_masked=si) for si in CONVENTIONS}
+    return {si: theory.optimal_value_matrix(SETTING.replace(attend_to_masked=si)) for si in CONVENTIONS}
 
 
 # ---- exact claims ---------------------------------------------------------------------
@@ -81,10 +70,10 @@ def dense() -> dict[bool, np.ndarray]:
 @pytest.mark.parametrize("si", CONVENTIONS)
 def test_block_form_two_routes_and_same_beats_diff(params, si):
     """Theorem part 1-2: unique block-form optimum; dense and algebra routes agree; beta > gamma."""
-    T_, v_ = params["num_topics"], params["words_per_topic"]
-    V_ = T_ * v_
-    W = theory.optimal_value_matrix(**params, attend_to_masked=si)
-    blocks = theory.value_block_coefficients(**params, attend_to_masked=si)
+    T_, v_, V_ = params.T, params.v, params.V
+    setting = params.replace(attend_to_masked=si)
+    W = theory.optimal_value_matrix(setting)
+    blocks = theory.value_block_coefficients(setting)
     assert np.abs(theory.block_matrix(blocks, T_, v_) - W).max() < 1e-10
     assert theory.orbit_deviation(W, T_, v_) < 1e-10
     assert np.abs(W[V_]).max() == 0.0
@@ -95,7 +84,7 @@ def test_block_form_two_routes_and_same_beats_diff(params, si):
     if not si:  # ... while the free [MASK] column of the hidden-keys optimum is set to 0
         assert np.abs(W[:, V_]).max() == 0.0
     # the weighted gap is the topic eigenvalue over v
-    gap = theory.weighted_block_gap(**params, attend_to_masked=si)
+    gap = theory.weighted_block_gap(setting)
     assert abs(gap - blocks.topic_eigenvalue / v_) < 1e-12
 
 
@@ -103,34 +92,34 @@ def test_block_form_two_routes_and_same_beats_diff(params, si):
 @pytest.mark.parametrize("si", CONVENTIONS)
 def test_sigma_positive_definite_on_attended_tokens(params, si):
     """Theorem part 1: Sigma > 0 on all D tokens (visible keys) or on the words, >= kappa/V (hidden)."""
-    T_, v_ = params["num_topics"], params["words_per_topic"]
-    V_ = T_ * v_
-    Sigma, _ = theory.moments(**params, attend_to_masked=si)
+    V_ = params.V
+    setting = params.replace(attend_to_masked=si)
+    Sigma, _ = theory.moments(setting)
     if si:
         assert np.linalg.eigvalsh(Sigma).min() > 0
     else:
-        bound = theory.kappa(params["doc_len"], params["mask_prob"]) / V_
+        bound = theory.kappa(setting) / V_
         assert np.linalg.eigvalsh(Sigma[:V_, :V_]).min() >= bound * (1 - 1e-9)
 
 
 def test_sigma_singular_without_mask_token():
     """Visible keys with p_[M] = 0: the [MASK] row of Sigma vanishes; the optimum leaves that column at 0."""
-    params = {**SETTING, "mask_prob": 0.9, "keep_prob": 0.5, "random_prob": 0.5}
-    Sigma, _ = theory.moments(**params, attend_to_masked=True)
+    params = SETTING.replace(mask_prob=0.9, keep_prob=0.5, random_prob=0.5)
+    Sigma, _ = theory.moments(params)
     assert np.abs(Sigma[V]).max() == 0.0 and np.abs(Sigma[:, V]).max() == 0.0
     assert np.linalg.eigvalsh(Sigma[:V, :V]).min() > 0
-    W = theory.optimal_value_matrix(**params, attend_to_masked=True)
+    W = theory.optimal_value_matrix(params)
     assert np.abs(W[:, V]).max() == 0.0
 
 
 @pytest.mark.parametrize("si", CONVENTIONS)
 def test_weighted_gap_tends_to_the_authors_constant(si):
     """Theorem part 4 in the chapter's two settings: Richardson-extrapolated gap = closed form to 1e-6."""
-    a = 1 - (1 - MASKING["keep_prob"]) * MASKING["mask_prob"]
+    a = 1 - (1 - MASKING.keep_prob) * MASKING.mask_prob
     for T_, v_, tau_ in ((T, V_PER, TAU), (5, 4, 2)):
         closed_form = 1 / (v_ * a) if si else 1 / v_
         def gap(n):
-            return theory.weighted_block_gap(T_, v_, tau_, n, **MASKING, attend_to_masked=si)
+            return theory.weighted_block_gap(tm.Setting(T_, v_, tau_, n, attend_to_masked=si))
         assert abs(gap(math.inf) - closed_form) < 1e-15
         assert abs(2 * gap(2 * 10**6) - gap(10**6) - closed_form) < 1e-6
 
@@ -139,9 +128,9 @@ def test_weighted_gap_tends_to_the_authors_constant(si):
 def test_ridge_tends_to_minimum_norm(si):
     """Theorem part 5: ||W_lambda - W_min_norm||_F shrinks with lambda, at N and at N = inf."""
     for n in (N, math.inf):
-        params = {**SETTING, "doc_len": n}
-        W_mn = theory.optimal_value_matrix(**params, attend_to_masked=si)
-        d = [float(np.linalg.norm(theory.optimal_value_matrix(**params, attend_to_masked=si, l2=lam) - W_mn))
+        params = SETTING.replace(doc_len=n, attend_to_masked=si)
+        W_mn = theory.optimal_value_matrix(params)
+        d = [float(np.linalg.norm(theory.optimal_value_matrix(params, l2=lam) - W_mn))
              for lam in np.logspace(0, -8, 9)]
         assert all(x > y for x, y in zip(d, d[1:])), d
         assert d[-1] < 1e-3 * d[0]
@@ -158,29 +147,27 @@ def test_book_setting_margins(exact):
 @pytest.mark.parametrize("params", ALL_SETTINGS)
 def test_diag_excess_closed_form_and_hidden_keys(params):
     """Same-word boost = closed form with visible keys; alpha = beta to 1e-12 with hidden keys."""
-    masking = {k: params[k] for k in ("mask_prob", "keep_prob", "random_prob")}
-    si = theory.value_block_coefficients(**params, attend_to_masked=True)
-    cs = theory.value_block_coefficients(**params, attend_to_masked=False)
-    assert abs((si.diag - si.same_topic) - theory.diag_excess(params["doc_len"], **masking)) < 1e-12
+    si = theory.value_block_coefficients(params.visible())
+    cs = theory.value_block_coefficients(params.hidden())
+    assert abs((si.diag - si.same_topic) - theory.diag_excess(params)) < 1e-12
     assert abs(cs.diag - cs.same_topic) < 1e-12
-    lam = theory.topic_eigenvalue_hidden(params["num_topics"], params["topics_per_doc"], params["doc_len"],
-                                         params["mask_prob"])
+    lam = theory.topic_eigenvalue_hidden(params.hidden())
     assert abs(cs.topic_eigenvalue - lam) < 1e-12
 
 
 def test_no_keep_no_boost():
     """Exercise ex-value-keep: with keep_prob = 0 the boost vanishes; the topic block stays."""
     for keep in (0.0, 0.1, 0.5):
-        masking = {**MASKING, "keep_prob": keep}
-        blk = theory.value_block_coefficients(**{**SETTING, **masking}, attend_to_masked=True)
-        assert abs(blk.diag - blk.same_topic - theory.diag_excess(N, **masking)) < 1e-12
+        setting = SETTING.replace(keep_prob=keep)
+        blk = theory.value_block_coefficients(setting)
+        assert abs(blk.diag - blk.same_topic - theory.diag_excess(setting)) < 1e-12
         assert blk.same_topic > blk.diff_topic
-    assert theory.diag_excess(N, MASKING["mask_prob"], 0.0, MASKING["random_prob"]) == 0.0
+    assert theory.diag_excess(SETTING.replace(keep_prob=0.0)) == 0.0
 
 
 def test_slow_within_topic_direction():
     """Sigma's smallest eigenvalue sits on the T(v-1) within-topic contrasts."""
-    Sigma, _ = theory.moments(**SETTING, attend_to_masked=True)
+    Sigma, _ = theory.moments(SETTING)
     ev = np.linalg.eigvalsh(Sigma)
     assert np.sum(np.isclose(ev, ev[0], rtol=1e-8)) >= T * (V_PER - 1)
     assert ev[-1] / ev[0] > 50  # the conditioning that makes the boost slow to learn
@@ -189,15 +176,15 @@ def test_slow_within_topic_direction():
 @pytest.mark.parametrize("si", CONVENTIONS)
 def test_long_document_limit_and_ridge(si):
     """Theorem part 3: rank-T Sigma, min-norm and ridge give alpha = beta > gamma; L2 shrinks the block."""
-    params = {**SETTING, "doc_len": math.inf}
-    S_inf, C_inf = theory.moments(**params, attend_to_masked=si)
+    params = SETTING.replace(doc_len=math.inf, attend_to_masked=si)
+    S_inf, C_inf = theory.moments(params)
     k = slice(None) if si else slice(0, V)
     assert np.linalg.matrix_rank(S_inf[k, k], tol=1e-10) == T
-    W_mn = theory.optimal_value_matrix(**params, attend_to_masked=si)
-    assert abs(theory.population_loss(W_mn[k, k], S_inf[k, k], C_inf[k, k]) - theory.bayes_risk(T, V_PER, TAU)) < 1e-10
-    limit = theory.value_block_coefficients(**params, attend_to_masked=si)
+    W_mn = theory.optimal_value_matrix(params)
+    assert abs(theory.population_loss(W_mn[k, k], S_inf[k, k], C_inf[k, k]) - theory.bayes_risk(params)) < 1e-10
+    limit = theory.value_block_coefficients(params)
     assert abs(limit.diag - limit.same_topic) < 1e-12 and limit.same_topic > limit.diff_topic
-    ridge = [theory.value_block_coefficients(**params, attend_to_masked=si, l2=lam) for lam in np.logspace(-6, 0, 13)]
+    ridge = [theory.value_block_coefficients(params, l2=lam) for lam in np.logspace(-6, 0, 13)]
     assert max(abs(b.diag - b.same_topic) for b in ridge) < 1e-12
     assert min(b.same_topic - b.diff_topic for b in ridge) > 0
     eig = [b.topic_eigenvalue for b in ridge]
@@ -208,23 +195,23 @@ def test_long_document_limit_and_ridge(si):
 
 def test_order_of_limits():
     """Visible keys: the finite-N boost tends to p_c / (1 - p_m p_[M]); any fixed ridge kills it."""
-    big = {**SETTING, "doc_len": 1_000_000}
-    free = theory.value_block_coefficients(**big, attend_to_masked=True)
-    ridge = theory.value_block_coefficients(**big, attend_to_masked=True, l2=1e-3)
-    assert abs(free.diag - free.same_topic - theory.diag_excess(math.inf, **MASKING)) < 1e-5
+    big = SETTING.replace(doc_len=1_000_000)
+    free = theory.value_block_coefficients(big)
+    ridge = theory.value_block_coefficients(big, l2=1e-3)
+    assert abs(free.diag - free.same_topic - theory.diag_excess(SETTING.replace(doc_len=math.inf))) < 1e-5
     assert ridge.diag - ridge.same_topic < 1e-4
 
 
 def test_mask_column_changes_in_the_limit():
     """Exercise ex-value-mask-column: mu = 1/V at finite N but not for the N -> inf min-norm rule."""
-    limit = theory.value_block_coefficients(**{**SETTING, "doc_len": math.inf}, attend_to_masked=True)
+    limit = theory.value_block_coefficients(SETTING.replace(doc_len=math.inf))
     assert abs(limit.mask_col - 1 / V) > 0.01
 
 
 def test_cross_entropy_ignores_column_shifts(topic_model):
     """Adding a constant to each column of W^V leaves the cross-entropy unchanged (not the squared loss)."""
     docs = topic_model.sample(256, N, seed=21)
-    inputs, selected = tm.bert_mask(docs, V, seed=22, **MASKING)
+    inputs, selected = tm.bert_mask(docs, V, MASKING, seed=22)
     for si in CONVENTIONS:
         model = tm.OneLayerTransformer(D, attend_to_masked=si, init_scale=0.1, seed=0)
         W = model.W_V.detach().clone()
@@ -235,7 +222,7 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
                 with torch.no_grad():
                     model.W_V.copy_(M)
                     logits = model(inputs, selected)
-                    losses.append([float(tm.train.mlm_loss(logits, docs, selected, kind))
+                    losses.append([float(tm.losses.mlm_loss(logits, docs, selected, kind))
                                    for kind in ("cross_entropy", "squared")])
             assert abs(losses[1][0] - losses[0][0]) < 1e-5
             assert abs(losses[1][1] - losses[0][1]) > 0.1
@@ -248,7 +235,7 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
 def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
     """The data-driven optimum on 20,000 documents matches the exact blocks on relative scales."""
     docs = topic_model.sample(20_000, N, seed=100 + seed)
-    inputs, selected = tm.bert_mask(docs, V, seed=200 + seed, **MASKING)
+    inputs, selected = tm.bert_mask(docs, V, MASKING, seed=200 + seed)
     for si in CONVENTIONS:
         W_fit = theory.least_squares_value_matrix(inputs, selected, docs, D, attend_to_masked=si)
         assert_within(relative_errors(theory.orbit_means(W_fit, T, V_PER), exact[si], si), FIT_MARGIN, (seed, si))
@@ -262,8 +249,8 @@ def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact):
     """SGD from W^V = 0 on fresh documents: boost, topic contrast, gamma and mu on their own scales."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, phases=stage1.SQUARED_PHASES,
-                                    seed=seed, **MASKING)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=si, doc_len=N), phases=stage1.SQUARED_PHASES,
+                                    seed=seed)
     assert_within(relative_errors(run.final_blocks(), exact[si], si), TRAIN_MARGIN, (seed, si))
 
 
@@ -272,8 +259,8 @@ def test_squared_loss_training_reaches_the_optimum(seed, si, topic_model, exact)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, dense):
     """Cross-entropy: same within-column pattern as the squared-loss optimum, no column drift."""
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=si, loss="cross_entropy",
-                                    phases=stage1.CROSS_ENTROPY_PHASES, seed=seed, **MASKING)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=si, doc_len=N), loss="cross_entropy",
+                                    phases=stage1.CROSS_ENTROPY_PHASES, seed=seed)
     W = run.W_V
     assert np.abs(W.sum(axis=0)).max() < 1e-3
     assert stage1.column_topic_margin(W, T, V_PER) > 1.0
@@ -290,7 +277,7 @@ def test_cross_entropy_training_gives_the_same_pattern(seed, si, topic_model, de
 @pytest.mark.parametrize("seed", SEEDS)
 def test_ridge_training_reaches_the_ridge_optimum(seed, topic_model):
     """Exercise ex-value-ridge: with l2 = 1e-3 a short run lands on the ridge optimum."""
-    predicted = theory.value_block_coefficients(**SETTING, attend_to_masked=True, l2=1e-3)
-    run = stage1.train_value_matrix(topic_model, N, attend_to_masked=True, l2=1e-3,
-                                    phases=((250, 30.0), (150, 10.0)), seed=seed, **MASKING)
+    predicted = theory.value_block_coefficients(SETTING, l2=1e-3)
+    run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=True, doc_len=N), l2=1e-3,
+                                    phases=((250, 30.0), (150, 10.0)), seed=seed)
     assert_within(relative_errors(run.final_blocks(), predicted, True), RIDGE_MARGIN, seed)

@@ -44,30 +44,31 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import stage2
+from topicmech import stage2, traces
 from topicmech import theory as th
 
-SETTING = stage2.Stage2Setting.quick()
-T, v, tau, N = SETTING.num_topics, SETTING.words_per_topic, SETTING.topics_per_doc, SETTING.doc_len
-V, D = SETTING.vocab_size, SETTING.num_tokens
+SETTING = stage2.Stage2Setting.quick(attend_to_masked=False)   # hidden keys, as the chapter
+MASKING = SETTING.setting.masking
+T, v, tau, N = SETTING.setting.T, SETTING.setting.v, SETTING.setting.tau, SETTING.setting.N
+V, D = SETTING.setting.V, SETTING.setting.D
 SEEDS = range(10)                # every claim re-checked over 10 seeds
 ESTIMATES, DOCS = 20, 2500       # Monte-Carlo estimates per seed, documents per estimate
 Z = 5.0                          # allowed distance, in standard errors
 
 
 def _gradients(W: np.ndarray, attend_to_masked: bool, seed: int, estimates: int = ESTIMATES,
-               **kwargs) -> list[np.ndarray]:
-    return [th.key_query_gradient(W, T, v, tau, N, DOCS, attend_to_masked=attend_to_masked,
-                                  seed=1000 * seed + k, **kwargs) for k in range(estimates)]
+               **masking) -> list[np.ndarray]:
+    setting = tm.Setting.stage2_quick(attend_to_masked=attend_to_masked).replace(**masking)
+    return [th.key_query_gradient(W, setting, DOCS, seed=1000 * seed + k) for k in range(estimates)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_hidden_keys(seed):
-    W = SETTING.stage1_value_matrix(False)
+    W = SETTING.W_star()
     Gs = _gradients(W, False, seed)
     g = stage2.gradient_summary(Gs, T, v)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    exact = th.hidden_key_gradient(SETTING.setting)
     # sanity identities (hold for every sample; they check the code, not the proposition)
     assert g.max_column_sum < 1e-12 and abs(g.mask_query_mean) < 1e-15
     # evidence
@@ -83,7 +84,7 @@ def test_gradient_hidden_keys(seed):
     W_B = np.zeros((D, D))
     W_B[:V, :V] = np.equal.outer(np.arange(V) // v, np.arange(V) // v)
     gB = stage2.gradient_summary(_gradients(W_B, False, seed), T, v)
-    exact_B = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    exact_B = th.hidden_key_gradient(tm.Setting(T, v, tau, N, attend_to_masked=False), topic_eigenvalue=float(v))
     assert abs(gB.ratio + (T - 1)) < Z * gB.ratio_se
     assert abs(gB.same_topic - exact_B["same_topic"]) < Z * gB.same_topic_se
     lam_star = th.orbit_means(W, T, v).topic_eigenvalue
@@ -94,18 +95,18 @@ def test_gradient_hidden_keys(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_without_kept_words_vanishes(seed):
     """Exercise ex-attention-keep: no first-order topic signal without kept words."""
-    W0 = th.optimal_value_matrix(T, v, tau, N, keep_prob=0.0, attend_to_masked=False)
+    W0 = th.optimal_value_matrix(tm.Setting.stage2_quick(attend_to_masked=False).replace(keep_prob=0.0))
     g0 = stage2.gradient_summary(_gradients(W0, False, seed, estimates=10, keep_prob=0.0), T, v)
     for key in ("same_word", "same_topic", "diff_topic"):
         assert abs(getattr(g0, key)) < Z * getattr(g0, key + "_se"), key
-    g_keep = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
+    g_keep = th.hidden_key_gradient(SETTING.setting)
     assert abs(g0.same_topic) < 0.05 * abs(g_keep["same_topic"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_visible_keys(seed):
-    Gs = _gradients(SETTING.stage1_value_matrix(True), True, seed)
+    Gs = _gradients(SETTING.replace(attend_to_masked=True).W_star(), True, seed)
     g = stage2.gradient_summary(Gs, T, v)
     assert g.max_column_sum < 1e-12                                # sanity identity
     assert g.same_word + Z * g.same_word_se < g.same_topic - Z * g.same_topic_se
@@ -125,11 +126,11 @@ def test_stage2_training_both_conventions(seed):
     data = SETTING.topic_model()
     topic = data.topic_of_word
     heldout = _held_out(seed)
-    exact = stage2.hidden_key_gradient(T, v, tau, N, SETTING.mask_prob, SETTING.keep_prob)
-    rate_pred = stage2.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
+    exact = th.hidden_key_gradient(SETTING.setting)
+    rate_pred = traces.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
 
     # hidden keys (the authors' convention)
-    model, hist = stage2.run_stage2(SETTING, attend_to_masked=False, seed=seed)
+    model, hist = stage2.run_stage2(SETTING, seed=seed)
     with torch.no_grad():
         att = tm.probes.attention_by_relation(model.attention_pattern(heldout), heldout, topic)
     assert att.topic_ratio >= 1.5, att
@@ -137,11 +138,10 @@ def test_stage2_training_both_conventions(seed):
     assert abs(att.self_ / att.same_topic - 1) < 0.15, att        # self ~ same topic
     assert abs(att.same_word / att.same_topic - 1) < 0.15, att    # same word ~ same topic
     contrast = hist.probe("same_topic")
-    rate_fit = stage2.fitted_growth_rate(hist.probe_step, contrast)
+    rate_fit = traces.growth_rate(hist.probe_step, contrast)
     assert abs(rate_fit / rate_pred - 1) < 0.2, (rate_fit, rate_pred)
     assert contrast[-1] > 1.0
-    inputs, selected = tm.bert_mask(heldout, V, SETTING.mask_prob, SETTING.keep_prob, SETTING.random_prob,
-                                    seed=54321 + seed)
+    inputs, selected = tm.bert_mask(heldout, V, MASKING, seed=54321 + seed)
     with torch.no_grad():
         pattern = model.attention_pattern(inputs, selected)
     mq = stage2.mask_query_attention(pattern, inputs, selected, heldout, topic, attend_to_masked=False)
@@ -149,7 +149,7 @@ def test_stage2_training_both_conventions(seed):
     assert hist.probe("mask_query_spread")[-1] < 0.25 * contrast[-1]
 
     # visible keys (standard BERT): the copying shortcut
-    model_v, hist_v = stage2.run_stage2(SETTING, attend_to_masked=True, seed=seed)
+    model_v, hist_v = stage2.run_stage2(SETTING.replace(attend_to_masked=True), seed=seed)
     topic_v, word_v = hist_v.probe("same_topic"), hist_v.probe("same_word")
     with torch.no_grad():
         att_v = tm.probes.attention_by_relation(model_v.attention_pattern(heldout), heldout, topic)
@@ -163,5 +163,5 @@ def test_settings_match_the_chapter():
     """The chapter reads its settings from Stage2Setting.quick(); guard the values the claims were tuned on."""
     s = SETTING
     assert (s.lr, s.steps, s.batch_size, s.init_scale) == (100.0, 600, 128, 0.1)
-    assert (s.mask_prob, s.keep_prob, s.random_prob) == (0.15, 0.1, 0.1)
-    assert math.isclose(th.key_query_gradient_limit(T, v, tau)["ratio"], -(T - 1))
+    assert (MASKING.mask_prob, MASKING.keep_prob, MASKING.random_prob) == (0.15, 0.1, 0.1)
+    assert math.isclose(th.key_query_gradient_limit(SETTING.setting)["ratio"], -(T - 1))

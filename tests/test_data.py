@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, TopicModel, bert_mask, check_docs, check_topic_model
+from topicmech.setting import Masking
+from topicmech.stats import doc_counts
 
 NUM_DOCS = 20_000
 DOC_LEN = 12
@@ -37,13 +39,6 @@ SETTINGS = [
     ("lda T=5 v=2 alpha=1e-3", lambda: LDATopicModel(5, 2, 1e-3)),
 ]
 IDS = [label for label, _ in SETTINGS]
-
-
-def doc_counts(docs: torch.Tensor, vocab_size: int) -> np.ndarray:
-    """Word counts per document, shape (num_docs, V), float64."""
-    counts = torch.zeros(docs.shape[0], vocab_size, dtype=torch.float64)
-    counts.scatter_add_(1, docs, torch.ones(docs.shape, dtype=torch.float64))
-    return counts.numpy()
 
 
 def z_scores(per_doc_mean: np.ndarray, per_doc_sq: np.ndarray, expected: np.ndarray, n: int) -> np.ndarray:
@@ -350,7 +345,7 @@ def _z_binomial(k: int, n: int, p: float) -> float:
 def test_bert_mask_rates(p_m, p_c, p_r):
     V = 13
     docs = SimplifiedTopicModel(13, 1, 3).sample(1000, 500, seed=4)            # 5e5 positions
-    inputs, selected = bert_mask(docs, V, p_m, p_c, p_r, seed=9)
+    inputs, selected = bert_mask(docs, V, Masking(p_m, p_c, p_r), seed=9)
     n = docs.numel()
     n_sel = int(selected.sum())
     assert abs(_z_binomial(n_sel, n, p_m)) < 5
@@ -369,7 +364,7 @@ def test_bert_mask_rates(p_m, p_c, p_r):
 
 def test_bert_mask_no_selection():
     docs = SimplifiedTopicModel(4, 3, 2).sample(50, 40, seed=0)
-    inputs, selected = bert_mask(docs, 12, mask_prob=0.0, seed=1)
+    inputs, selected = bert_mask(docs, 12, Masking(mask_prob=0.0), seed=1)
     assert not selected.any()
     assert torch.equal(inputs, docs)
 
@@ -388,7 +383,7 @@ def test_random_replacements_uniform_over_real_words():
     whatever the document says, and never [MASK]."""
     V = 13
     docs = torch.zeros(200, 650, dtype=torch.long)                            # every word is 0
-    inputs, selected = bert_mask(docs, V, mask_prob=1.0, keep_prob=0.0, random_prob=1.0, seed=3)
+    inputs, selected = bert_mask(docs, V, Masking(mask_prob=1.0, keep_prob=0.0, random_prob=1.0), seed=3)
     assert selected.all()
     assert int(inputs.max()) < V
     counts = torch.bincount(inputs.flatten(), minlength=V).double().numpy()
@@ -397,7 +392,7 @@ def test_random_replacements_uniform_over_real_words():
     df = V - 1
     assert chi2 < df + 6 * math.sqrt(2 * df), chi2
     # and the replaced words of a mixed corruption are uniform too (excluding the original word 0)
-    inputs, selected = bert_mask(docs, V, mask_prob=0.5, keep_prob=0.2, random_prob=0.5, seed=4)
+    inputs, selected = bert_mask(docs, V, Masking(mask_prob=0.5, keep_prob=0.2, random_prob=0.5), seed=4)
     replaced = inputs[selected & (inputs != 0) & (inputs != V)]
     counts = torch.bincount(replaced, minlength=V).double().numpy()[1:]
     expected = replaced.numel() / (V - 1)
@@ -410,7 +405,7 @@ def test_bert_mask_selection_independent_of_word():
     """Selection rate is the same for every word (no word is favoured)."""
     V = 6
     docs = SimplifiedTopicModel(6, 1, 6).sample(1000, 300, seed=2)
-    _, selected = bert_mask(docs, V, mask_prob=0.2, seed=5)
+    _, selected = bert_mask(docs, V, Masking(mask_prob=0.2), seed=5)
     for w in range(V):
         at_w = selected[docs == w]
         assert abs(_z_binomial(int(at_w.sum()), at_w.numel(), 0.2)) < 5
@@ -429,7 +424,7 @@ def test_bert_mask_reproducible_and_seed_dependent():
 
 def test_bert_mask_accepts_docs_with_vocab_size_larger_than_used():
     docs = torch.tensor([[0, 1, 2]])
-    inputs, selected = bert_mask(docs, 100, mask_prob=1.0, keep_prob=0.0, random_prob=0.0)
+    inputs, selected = bert_mask(docs, 100, Masking(mask_prob=1.0, keep_prob=0.0, random_prob=0.0))
     assert torch.equal(inputs, torch.full((1, 3), 100))
     assert selected.all()
 

@@ -17,14 +17,17 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import dynamics, theory
-from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
+from topicmech import Masking, Setting, dynamics, probes, runner, theory, traces
+from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, heldout_batch
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer
-from topicmech.train import History, mlm_loss
+from topicmech.train import History
 from topicmech.train import train as train_model
 
 T, v, tau, N = 5, 4, 2, 20
+SETTING = Setting(T, v, tau, N, attend_to_masked=True)
 TM = SimplifiedTopicModel(T, v, tau)
+HIDDEN = Setting(T, v, tau, N, attend_to_masked=False)
 D = TM.num_tokens
 TOPIC = TM.topic_of_word
 
@@ -45,7 +48,7 @@ def _batch(num_docs: int = 64, seed: int = 0):
 
 def test_value_gap_is_zero_at_the_reference_and_one_at_zero():
     model = _model()
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=True)
+    W_star = theory.optimal_value_matrix(SETTING)
     with torch.no_grad():
         model.W_V.copy_(torch.as_tensor(W_star))
     assert dynamics.value_gap(model, W_star) < 1e-6
@@ -56,7 +59,7 @@ def test_value_gap_is_zero_at_the_reference_and_one_at_zero():
 
 def test_value_gap_can_ignore_the_mask_column():
     model = _model()
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)  # [MASK] column 0
+    W_star = theory.optimal_value_matrix(SETTING.hidden())  # [MASK] column 0
     with torch.no_grad():
         model.W_V.copy_(torch.as_tensor(W_star))
         model.W_V[:, -1] = 5.0                                   # unconstrained under hidden keys
@@ -78,26 +81,26 @@ def test_value_gap_rejects_bad_input():
 
 
 def test_heldout_batch_is_fixed_and_clean_by_default():
-    a, sel = dynamics.heldout_batch(TM, 8, N)
-    b, _ = dynamics.heldout_batch(TM, 8, N)
+    a, sel = heldout_batch(TM, 8, N)
+    b, _ = heldout_batch(TM, 8, N)
     assert sel is None and a.shape == (8, N) and torch.equal(a, b)
     assert int(a.max()) < TM.vocab_size                          # no [MASK] in clean documents
-    c, sel_c = dynamics.heldout_batch(TM, 8, N, corrupt=True)
+    c, sel_c = heldout_batch(TM, 8, N, masking=Masking())
     assert sel_c is not None and sel_c.shape == (8, N) and sel_c.dtype == torch.bool
     with pytest.raises(ValueError, match="topic_model"):
-        dynamics.heldout_batch("not a model", 8, N)
+        heldout_batch("not a model", 8, N)
 
 
 def test_uniform_attention_reads_one_in_every_relation():
-    model = OneLayerTransformer(D, attention="uniform")
-    inputs, _ = dynamics.heldout_batch(TM, 32, N)
+    model = OneLayerTransformer(D, attention="uniform", attend_to_masked=True)
+    inputs, _ = heldout_batch(TM, 32, N)
     stats = dynamics.attention_stats(model, inputs, TOPIC)
     np.testing.assert_allclose(np.asarray(stats), 1.0, rtol=1e-5)
 
 
 def test_standard_probes_record_during_training_and_agree():
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
-    probes = dynamics.standard_probes(TM, W_star, dynamics.heldout_batch(TM, 16, N))
+    W_star = theory.optimal_value_matrix(SETTING.hidden())
+    probes = dynamics.standard_probes(TM, W_star, heldout_batch(TM, 16, N))
     assert set(probes) == {"value_gap", "value_topic_gap", "kq_norm", "kq_same_word", "kq_same_topic",
                            "attention", "attn_contrast"}
     model = _model(eps=0.1)
@@ -106,11 +109,11 @@ def test_standard_probes_record_during_training_and_agree():
     assert att.shape == (4, 4)                                   # steps 0, 10, 20, 30
     # the cached attention pass agrees with the contrast probe, and with a fresh computation
     np.testing.assert_allclose(hist.probe("attn_contrast"), att[:, 2] - att[:, 3], rtol=1e-12)
-    inputs, _ = dynamics.heldout_batch(TM, 16, N)
+    inputs, _ = heldout_batch(TM, 16, N)
     fresh = np.asarray(dynamics.attention_stats(model, inputs, TOPIC))
     np.testing.assert_allclose(att[-1], fresh, rtol=1e-6)
     assert hist.probe("value_gap")[-1] < hist.probe("value_gap")[0]
-    assert "value_gap" not in dynamics.standard_probes(TM, None, dynamics.heldout_batch(TM, 4, N))
+    assert "value_gap" not in dynamics.standard_probes(TM, None, heldout_batch(TM, 4, N))
     with pytest.raises(ValueError, match="heldout"):
         dynamics.standard_probes(TM, None, "batch")
 
@@ -141,15 +144,15 @@ def test_gradient_norms_reject_bad_input():
     with pytest.raises(ValueError, match="shape"):
         dynamics.gradient_norms(_model(), inputs, selected[:, :5], docs)
     with pytest.raises(ValueError, match="trainable"):
-        dynamics.gradient_norms(OneLayerTransformer(D, value="identity"), inputs, selected, docs)
+        dynamics.gradient_norms(OneLayerTransformer(D, value="identity", attend_to_masked=True), inputs, selected, docs)
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
     """Chapter 6 claim: ||dL/dW^V|| = O(1), ||dL/dW^K||, ||dL/dW^Q|| = O(eps^2) (slope 2 +- 0.2)."""
     for seed in range(5):
-        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], TM, N, num_docs=500,
-                                       attend_to_masked=attend_to_masked, seed=seed, model_seed=seed)
+        gs = dynamics.gradient_scaling([1e-3, 3e-3, 1e-2, 3e-2, 1e-1], HIDDEN.replace(attend_to_masked=attend_to_masked),
+                                       num_docs=500, seed=seed, model_seed=seed)
         assert abs(gs.slopes["W_V"]) < 0.2, gs.slopes
         assert abs(gs.slopes["W_K"] - 2) < 0.2 and abs(gs.slopes["W_Q"] - 2) < 0.2, gs.slopes
         assert len(gs.rows()) == 5 and len(gs.rows()[0]) == 4
@@ -157,19 +160,19 @@ def test_key_query_gradients_scale_like_eps_squared(attend_to_masked):
 
 def test_gradient_scaling_rejects_bad_scales():
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1], TM, N)
+        dynamics.gradient_scaling([0.1], HIDDEN)
     with pytest.raises(ValueError, match="init_scales"):
-        dynamics.gradient_scaling([0.1, -1.0], TM, N)
+        dynamics.gradient_scaling([0.1, -1.0], HIDDEN)
 
 
 def test_loglog_slope_recovers_a_power_law():
     x = np.array([1e-3, 1e-2, 1e-1, 1.0])
-    assert dynamics.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
-    assert dynamics.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
+    assert traces.loglog_slope(x, 3 * x**2) == pytest.approx(2.0)
+    assert traces.loglog_slope(x, np.full(4, 0.5)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="positive"):
-        dynamics.loglog_slope(x, -x)
+        traces.loglog_slope(x, -x)
     with pytest.raises(ValueError, match="same length"):
-        dynamics.loglog_slope(x, x[:2])
+        traces.loglog_slope(x, x[:2])
 
 
 # ---- stage timing ---------------------------------------------------------------------------
@@ -179,29 +182,29 @@ def test_closing_step_uses_the_plateau_by_default():
     steps = np.arange(0, 100, 10)
     gap = np.array([1.0, 0.6, 0.35, 0.31, 0.3, 0.32, 0.3, 0.31, 0.29, 0.3])
     # plateau 0.29: threshold 0.29 + 0.1 * 0.71 = 0.361 -> first at step 20
-    assert dynamics.closing_step(steps, gap) == 20
-    assert dynamics.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
-    assert dynamics.closing_step(steps, np.ones(10)) == 0
+    assert traces.closing_step(steps, gap) == 20
+    assert traces.closing_step(steps, gap, fraction=0.3, target=0.0) == 10   # threshold 0.7
+    assert traces.closing_step(steps, np.ones(10)) == 0
     with pytest.raises(ValueError, match="never closes"):
-        dynamics.closing_step(steps, gap, target=0.0)
+        traces.closing_step(steps, gap, target=0.0)
     with pytest.raises(ValueError, match="fraction"):
-        dynamics.closing_step(steps, gap, fraction=0.0)
+        traces.closing_step(steps, gap, fraction=0.0)
     with pytest.raises(ValueError, match="same"):
-        dynamics.closing_step(steps[:3], gap)
+        traces.closing_step(steps[:3], gap)
 
 
 def test_reaching_step_references():
     steps = np.arange(6) * 100
     trace = np.array([0.0, 0.05, 0.2, 1.0, 2.0, 1.0])
-    assert dynamics.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
-    assert dynamics.reaching_step(steps, trace, 0.1, reference="max") == 200
-    assert dynamics.reaching_step(steps, trace, 0.5, reference="max") == 300
-    assert dynamics.reaching_step(steps, trace, 0.1, reference=0.4) == 100
-    assert dynamics.reaching_step(steps, -trace, 0.1) is None         # never rises
+    assert traces.reaching_step(steps, trace, 0.1) == 200          # 10% of the final 1.0
+    assert traces.reaching_step(steps, trace, 0.1, reference="max") == 200
+    assert traces.reaching_step(steps, trace, 0.5, reference="max") == 300
+    assert traces.reaching_step(steps, trace, 0.1, reference=0.4) == 100
+    assert traces.reaching_step(steps, -trace, 0.1) is None         # never rises
     with pytest.raises(ValueError, match="reference"):
-        dynamics.reaching_step(steps, trace, 0.1, reference="last")
+        traces.reaching_step(steps, trace, 0.1, reference="last")
     with pytest.raises(ValueError, match="finite"):
-        dynamics.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
+        traces.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
 
 
 def test_stage_times_on_a_synthetic_history():
@@ -219,11 +222,11 @@ def test_stage_times_on_a_synthetic_history():
 def test_growth_rate_of_an_exponential():
     steps = np.arange(0, 1000, 10)
     trace = 1e-3 * np.exp(0.004 * steps)
-    assert dynamics.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
+    assert traces.growth_rate(steps, trace, 0.01, 0.5) == pytest.approx(0.004, rel=1e-9)
     with pytest.raises(ValueError, match="never reaches"):
-        dynamics.growth_rate(steps, trace, 1e3, 1e4)
+        traces.growth_rate(steps, trace, 1e3, 1e4)
     with pytest.raises(ValueError, match="low < high"):
-        dynamics.growth_rate(steps, trace, 0.5, 0.01)
+        traces.growth_rate(steps, trace, 0.5, 0.01)
 
 
 def test_topic_growth_eigenvalue_of_a_block_matrix():
@@ -231,23 +234,22 @@ def test_topic_growth_eigenvalue_of_a_block_matrix():
     same = (TOPIC[:, None] == TOPIC[None, :]).numpy()
     G = np.where(same, gs, gt) + (gd - gs) * np.eye(TM.vocab_size)
     lam = -((gd - gs) + v * (gs - gt))
-    assert dynamics.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
+    assert probes.topic_growth_eigenvalue(G, TOPIC) == pytest.approx(lam)
     # the eigenvalue really is the action of -G on a topic contrast
     x = np.where(TOPIC.numpy() == 0, 1.0, 0.0) - np.where(TOPIC.numpy() == 1, 1.0, 0.0)
     np.testing.assert_allclose(-G @ x, lam * x)
-    assert dynamics.predicted_growth_rate(G, 2.0, 16, topic_of_word=TOPIC) == pytest.approx(2 * 2.0 * lam / 4)
-    assert dynamics.predicted_growth_rate(np.diag([3.0, -1.0]), 1.0, 4) == pytest.approx(3.0)
+    assert traces.predicted_growth_rate(2.0, probes.topic_growth_eigenvalue(G, TOPIC), 16) == pytest.approx(2 * 2.0 * lam / 4)
     with pytest.raises(ValueError, match="lr"):
-        dynamics.predicted_growth_rate(G, 0.0, 16)
-    with pytest.raises(ValueError, match="square"):
-        dynamics.predicted_growth_rate(np.zeros((2, 3)), 1.0, 4)
+        traces.predicted_growth_rate(0.0, lam, 16)
+    with pytest.raises(ValueError, match="topic_of_word"):
+        probes.topic_growth_eigenvalue(np.zeros((3, 3)), np.zeros(3, dtype=int))
 
 
 # ---- a short tracked run --------------------------------------------------------------------
 
 
 def test_train_joint_short_run_and_plots():
-    run = dynamics.train_joint(TM, N, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
+    run = dynamics.train_joint(HIDDEN, steps=60, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
                                num_heldout=16)
     assert run.W_star.shape == (D, D) and run.times is not None
     assert list(run.steps) == [0, 10, 20, 30, 40, 50, 60]
@@ -255,100 +257,14 @@ def test_train_joint_short_run_and_plots():
     summary = dynamics.run_summary(run, plateau_window=5, final_window=10)
     assert {"t_V", "t_A", "ratio", "A_growth_stage1", "topic_attention_ratio", "self_attention_ratio",
             "plateau_loss", "final_loss", "plateau_gap", "final_gap"} == set(summary)
-    for scale in ("linear", "sqrt", "log"):
-        fig = dynamics.plot_tracked(run, loss_reference=0.88, step_scale=scale, title="t")
-        assert len(fig.axes) == 4
-    with pytest.raises(ValueError, match="step_scale"):
-        dynamics.plot_tracked(run, step_scale="cube")
-    ax = dynamics.plot_attention(run, fields=("same_topic", "diff_topic"))
-    assert len(ax.lines) == 3                                    # two fields and the uniform line
-    with pytest.raises(ValueError, match="fields"):
-        dynamics.plot_attention(run, fields=("topic",))
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 def test_train_joint_without_closed_form():
     lda = LDATopicModel(5, 4, alpha=0.5)
-    run = dynamics.train_joint(lda, N, steps=10, batch_size=8, probe_every=5, num_heldout=8)
+    run = dynamics.train_joint(HIDDEN, topic_model=lda, steps=10, batch_size=8, probe_every=5, num_heldout=8)
     assert run.W_star is None and run.times is None and "value_gap" not in run.history.probes
     with pytest.raises(ValueError, match="stage times"):
         dynamics.run_summary(run)
-
-
-# ---- sweeps ---------------------------------------------------------------------------------
-
-
-def test_run_seeds_collects_in_order():
-    sweep = dynamics.run_seeds(lambda seed: {"x": float(seed), "arr": np.arange(3) + seed}, [3, 1, 2])
-    assert sweep.seeds == [3, 1, 2] and len(sweep) == 3
-    np.testing.assert_array_equal(sweep.values("x"), [3.0, 1.0, 2.0])
-    assert sweep.values("arr").shape == (3, 3)
-    np.testing.assert_array_equal(sweep.values(lambda r: r["x"] * 2), [6.0, 2.0, 4.0])
-    assert dynamics.run_seeds(lambda s: s, 4).seeds == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="no entry"):
-        sweep.values("y")
-
-
-def test_run_seeds_reads_attributes_and_reseeds_global_state():
-    sweep = dynamics.run_seeds(lambda seed: dynamics.StageTimes(10, 10 * (seed + 1)), 3)
-    np.testing.assert_array_equal(sweep.values("ratio"), [1.0, 2.0, 3.0])
-    a = dynamics.run_seeds(lambda seed: float(torch.rand(1)), [5, 6])
-    b = dynamics.run_seeds(lambda seed: float(torch.rand(1)), [5, 6])
-    np.testing.assert_array_equal(a.values(), b.values())
-    with pytest.raises(ValueError, match="attribute"):
-        sweep.values("nope")
-
-
-@pytest.mark.parametrize("seeds", [[], [1, 1], [-1], [True], 0])
-def test_run_seeds_rejects_bad_seeds(seeds):
-    with pytest.raises(ValueError, match="seeds"):
-        dynamics.run_seeds(lambda s: s, seeds)
-
-
-def test_run_grid_in_two_processes_matches_one():
-    """Results depend only on the seed and the parameters, so two processes give the serial sweep."""
-    def fn(seed, lr):
-        model = OneLayerTransformer(7, attention="learned", value="learned", seed=seed)
-        hist = train_model(model, SimplifiedTopicModel(3, 2, 1), steps=5, batch_size=8, doc_len=6, lr=lr, seed=seed)
-        return hist.loss + [float(torch.rand(1))]          # the global torch RNG is reseeded too
-
-    grid = {"lr": [0.1, 0.2]}
-    one, two = (dynamics.run_grid(fn, grid, seeds=[0, 3], n_jobs=n) for n in (1, 2))
-    assert [r["seed"] for r in two.records] == [0, 3, 0, 3]
-    gen = dynamics.run_grid(lambda seed, n: n + seed, {"n": [1, 2]}, seeds=(s for s in [0, 3]))  # read once
-    assert [r["result"] for r in gen.records] == [1, 4, 2, 5]
-    assert [r["result"] for r in two.records] == [r["result"] for r in one.records]
-
-
-def test_run_grid_sweeps_the_product_with_seeds_innermost():
-    calls = []
-
-    def fn(seed, n, k):
-        calls.append((n, k, seed))
-        return {"y": 100 * n + 10 * k + seed}
-
-    sweep = dynamics.run_grid(fn, {"n": [1, 2], "k": [0, 1]}, seeds=2)
-    assert calls[:3] == [(1, 0, 0), (1, 0, 1), (1, 1, 0)] and len(sweep) == 8
-    np.testing.assert_array_equal(sweep.values("y", n=2, k=1), [210.0, 211.0])
-    assert len(sweep.select(n=1)) == 4
-    assert len(sweep.values("y", k=0)) == 4 and sweep.select(n=2, k=1).seeds == [0, 1]
-    with pytest.raises(ValueError, match="parameter"):
-        sweep.select(m=1)
-    with pytest.raises(ValueError, match="grid"):
-        dynamics.run_grid(fn, {})
-    with pytest.raises(ValueError, match="seed"):
-        dynamics.run_grid(fn, {"seed": [1]})
-    with pytest.raises(ValueError, match="non-empty"):
-        dynamics.run_grid(fn, {"n": []})
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    result = doctest.testmod(dynamics)
-    assert result.attempted > 0 and result.failed == 0, result
 
 
 # ---- chapter 6 claims over ten seeds (slow) -------------------------------------------------
@@ -360,9 +276,9 @@ COMMON = dict(init_scale=0.1, batch_size=128, probe_every=20)
 
 
 def _joint(steps: int, optimizer: str, lr: float, attend_to_masked: bool):
-    return dynamics.run_seeds(
-        lambda seed: dynamics.train_joint(TM, N, steps=steps, optimizer=optimizer, lr=lr, seed=seed,
-                                          attend_to_masked=attend_to_masked, **COMMON), SEEDS)
+    return runner.run_seeds(
+        lambda seed: dynamics.train_joint(HIDDEN.replace(attend_to_masked=attend_to_masked), steps=steps,
+                                          optimizer=optimizer, lr=lr, seed=seed, **COMMON), SEEDS)
 
 
 @pytest.fixture(scope="module")
@@ -386,7 +302,7 @@ def adam_visible():
 
 
 def _summaries(sweep):
-    return dynamics.run_seeds(lambda seed: dynamics.run_summary(sweep.results[list(SEEDS).index(seed)]), SEEDS)
+    return runner.run_seeds(lambda seed: dynamics.run_summary(sweep.results[list(SEEDS).index(seed)]), SEEDS)
 
 
 @pytest.mark.slow
@@ -417,17 +333,17 @@ def test_sgd_with_visible_keys_keeps_two_stages_but_prefers_the_word_itself(sgd_
 
 @pytest.mark.slow
 def test_sgd_stage_two_grows_at_the_predicted_rate(sgd_hidden):
-    W_star = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=False)
-    G = theory.key_query_gradient(W_star, T, v, tau, N, num_docs=20_000, attend_to_masked=False, seed=3)
-    pred = dynamics.predicted_growth_rate(G, 10.0, D, topic_of_word=TOPIC)
-    measured = sgd_hidden.values(lambda r: dynamics.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
+    W_star = theory.optimal_value_matrix(HIDDEN)
+    G = theory.key_query_gradient(W_star, HIDDEN, num_docs=20_000, seed=3)
+    pred = traces.predicted_growth_rate(10.0, probes.topic_growth_eigenvalue(G, TOPIC), D)
+    measured = sgd_hidden.values(lambda r: traces.growth_rate(r.steps, r.probe("kq_same_topic"), 0.02, 0.3))
     assert np.all(np.abs(measured / pred - 1) < 0.25), (measured, pred)           # measured within 8%
 
 
 @pytest.mark.slow
 def test_adam_overlaps_the_stages_on_every_seed(adam_hidden):
     L_star = theory.population_loss(adam_hidden.results[0].W_star,
-                                    *theory.moments(T, v, tau, N, attend_to_masked=False))
+                                    *theory.moments(SETTING.hidden()))
     s = _summaries(adam_hidden)
     assert s.values("ratio").max() < 2, s.values("ratio")                         # measured <= 1.25
     assert s.values("A_growth_stage1").min() > 5, s.values("A_growth_stage1")     # measured >= 11

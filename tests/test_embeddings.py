@@ -13,6 +13,7 @@ from topicmech import embeddings as te
 from topicmech import theory as th
 
 T, V_PER, TAU, N = 5, 4, 2, 20  # parameter set P0 of the appendix on embeddings
+P0 = tm.Setting(T, V_PER, TAU, N, attend_to_masked=True)
 D = T * V_PER + 1
 
 
@@ -74,36 +75,42 @@ def test_normalized_gram_has_unit_mean_word_norm():
 
 
 def test_embedding_model_trains_only_the_embedding():
-    m = te.embedding_model(D, 3, head="tied", seed=0)
+    m = te.embedding_model(D, 3, head="tied", seed=0, attend_to_masked=True)
     assert [n for n, p in m.named_parameters() if p.requires_grad] == ["W_E"]
     assert m.W_E.shape == (3, D) and m.attention == "uniform" and m.value == "identity"
-    m_id = te.embedding_model(D, head="identity")
+    m_id = te.embedding_model(D, head="identity", attend_to_masked=True)
     assert m_id.W_E.shape == (D, D) and m_id.head == "identity"
     assert float(m_id.W_E.detach().std()) < float(m.W_E.detach().std())  # smaller default start for the identity head
     with pytest.raises(ValueError, match="head"):
-        te.embedding_model(D, 3, head="learned")
+        te.embedding_model(D, 3, head="learned", attend_to_masked=True)
     with pytest.raises(ValueError, match="d_model"):
-        te.embedding_model(D, 3, head="identity")
+        te.embedding_model(D, 3, head="identity", attend_to_masked=True)
 
 
-def test_train_in_phases_concatenates_and_validates():
+def test_train_with_phases_concatenates_and_validates():
     data = tm.SimplifiedTopicModel(T, V_PER, TAU)
-    m = te.embedding_model(D, 5, seed=0)
-    h = te.train_in_phases(m, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0,
-                           probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2)
+    m = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    kw = dict(doc_len=N, batch_size=8, optimizer="adam")
+    h = tm.train.train(m, data, phases=[(5, 1e-2), (3, 1e-3)], seed=0,
+                       probes={"norm": lambda mod: float(mod.W_E.norm())}, probe_every=2, **kw)
     assert h.step == list(range(1, 9)) and len(h.loss) == 8
-    assert h.probe_step[0] == 0 and h.probe_step[-1] == 8 and len(h.probe("norm")) == len(h.probe_step)
-    # same seed, same result
-    m2 = te.embedding_model(D, 5, seed=0)
-    te.train_in_phases(m2, data, doc_len=N, phases=[(5, 1e-2), (3, 1e-3)], batch_size=8, seed=0)
+    assert h.probe_step == [0, 2, 4, 5, 7, 8] and len(h.probe("norm")) == len(h.probe_step)
+    # same seed, same result; phases are successive train() calls, each with a fresh optimizer
+    m2 = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    tm.train.train(m2, data, phases=[(5, 1e-2), (3, 1e-3)], seed=0, **kw)
     assert torch.equal(m.W_E, m2.W_E)
+    m3 = te.embedding_model(D, 5, seed=0, attend_to_masked=True)
+    for (steps, lr), s in zip([(5, 1e-2), (3, 1e-3)], tm.utils.spawn_seeds(0, 2)):
+        tm.train.train(m3, data, steps=steps, lr=lr, seed=s, **kw)
+    assert torch.equal(m.W_E, m3.W_E)
     for bad in ([], [(0, 1e-2)], [(5, -1.0)], [(5,)], [(2.5, 1e-2)], [(5, "0.01")], [(5, True)]):
         with pytest.raises(ValueError, match="phases"):
-            te.train_in_phases(m, data, doc_len=N, phases=bad)
-    with pytest.raises(ValueError, match="seed"):
-        te.train_in_phases(m, data, doc_len=N, seed=-1)
-    with pytest.raises(ValueError, match="phases"):  # plain SGD has no setting-free default
-        te.train_in_phases(m, data, doc_len=N, optimizer="sgd")
+            tm.train.train(m, data, phases=bad, **kw)
+    for bad_seed in (-1, [0], [0, 1, 2], "01"):
+        with pytest.raises(ValueError, match="seed"):
+            tm.train.train(m, data, phases=[(5, 1e-2), (3, 1e-3)], seed=bad_seed, **kw)
+    with pytest.raises(ValueError, match="phases"):  # phases replaces steps and lr
+        tm.train.train(m, data, phases=[(5, 1e-2)], lr=1e-2, **kw)
 
 
 # ---- the tied-head optimum through the symmetry algebra ------------------------------
@@ -113,9 +120,9 @@ def test_train_in_phases_concatenates_and_validates():
 @pytest.mark.parametrize("params", [(5, 4, 2, 20), (4, 3, 2, 10), (6, 2, 3, 50)])
 def test_tied_blocks_match_the_numerical_optimum(params, attend_to_masked):
     T_, v_, tau_, N_ = params
-    S, C = th.moments(T_, v_, tau_, N_, attend_to_masked=attend_to_masked)
+    S, C = th.moments(tm.Setting(T_, v_, tau_, N_, attend_to_masked=attend_to_masked))
     for d in sorted({1, 2, T_ - 1, T_, T_ + 1, T_ * v_ + 1}):
-        tb = te.tied_embedding_blocks(S, C, T_, v_, d)
+        tb = th.tied_embedding_blocks(S, C, T_, v_, d)
         _, M = th.tied_embedding_optimum(S, C, d, restarts=1)
         b = th.orbit_means(M, T_, v_)
         assert abs(tb.loss - th.embedding_loss(M, S, C)) < 1e-9, d
@@ -126,59 +133,59 @@ def test_tied_blocks_match_the_numerical_optimum(params, attend_to_masked):
 
 def test_tied_blocks_reference_numbers_and_rank_allocation():
     # the table of the appendix on embeddings (visible keys, P0)
-    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
+    S, C = th.moments(P0)
     ref = {3: (0.1670, 0.1670, 0.0298), 5: (0.2768, 0.2768, 0.0024), 6: (0.2827, 0.2748, 0.0024),
            10: (0.3063, 0.2669, 0.0024), 21: (0.3654, 0.2472, 0.0024)}
     for d, (dg, st, df) in ref.items():
-        tb = te.tied_embedding_blocks(S, C, T, V_PER, d)
+        tb = th.tied_embedding_blocks(S, C, T, V_PER, d)
         assert (round(tb.diag, 4), round(tb.same_topic, 4), round(tb.diff_topic, 4)) == (dg, st, df), d
-    tb1 = te.tied_embedding_blocks(S, C, T, V_PER, 1)
+    tb1 = th.tied_embedding_blocks(S, C, T, V_PER, 1)
     assert (tb1.rank_mean, tb1.rank_topic, tb1.rank_within) == (1, 0, 0)
     assert abs(tb1.topic_gap) < 1e-12  # d = 1: no topic structure at all
     for d in range(2, T + 1):
-        tb = te.tied_embedding_blocks(S, C, T, V_PER, d)
+        tb = th.tied_embedding_blocks(S, C, T, V_PER, d)
         assert (tb.rank_mean, tb.rank_topic, tb.rank_within) == (1, d - 1, 0)
         assert tb.identical_within_topic and tb.topic_gap > 0
-    tb = te.tied_embedding_blocks(S, C, T, V_PER, D)
+    tb = th.tied_embedding_blocks(S, C, T, V_PER, D)
     assert (tb.rank_topic, tb.rank_within) == (T - 1, T * (V_PER - 1)) and not tb.identical_within_topic
     assert tb.gain_topic > 100 * tb.gain_within > 0
 
 
 def test_tied_blocks_hidden_keys_stop_at_rank_T():
-    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=False)
-    tb = te.tied_embedding_blocks(S, C, T, V_PER, 12)
+    S, C = th.moments(P0.hidden())
+    tb = th.tied_embedding_blocks(S, C, T, V_PER, 12)
     assert tb.rank_within == 0 and abs(tb.lam_within) < 1e-12 and tb.identical_within_topic
 
 
 def test_tied_blocks_rejects_bad_input():
-    S, C = th.moments(T, V_PER, TAU, N)
+    S, C = th.moments(P0)
     with pytest.raises(ValueError, match="d"):
-        te.tied_embedding_blocks(S, C, T, V_PER, 0)
+        th.tied_embedding_blocks(S, C, T, V_PER, 0)
     with pytest.raises(ValueError, match="Sigma"):
-        te.tied_embedding_blocks(S[:-1, :-1], C, T, V_PER, 2)
+        th.tied_embedding_blocks(S[:-1, :-1], C, T, V_PER, 2)
     with pytest.raises(ValueError, match="C must"):
-        te.tied_embedding_blocks(S, C[:, :-1], T, V_PER, 2)
+        th.tied_embedding_blocks(S, C[:, :-1], T, V_PER, 2)
     with pytest.raises(ValueError, match="num_topics"):
-        te.tied_embedding_blocks(S, C, 1, 20, 2)
+        th.tied_embedding_blocks(S, C, 1, 20, 2)
 
 
 # ---- the tied head with a bias (the authors' setting) -----------------------------------
 
 
 def test_weighted_topic_gap_is_shift_invariant_and_reads_the_topic_eigenvalue():
-    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
-    W = th.optimal_value_matrix(T, V_PER, TAU, N, attend_to_masked=True)
-    gap = te.weighted_topic_gap(W, T, V_PER)
-    assert abs(gap - th.weighted_block_gap(T, V_PER, TAU, N, attend_to_masked=True)) < 1e-10
-    assert abs(te.weighted_topic_gap(W + 3.0, T, V_PER) - gap) < 1e-10
-    assert abs(te.weighted_topic_gap(torch.from_numpy(W[:-1, :-1]), T, V_PER) - gap) < 1e-10
-    tb = te.tied_embedding_blocks(S, C, T, V_PER, D)
+    S, C = th.moments(P0)
+    W = th.optimal_value_matrix(P0)
+    gap = th.weighted_topic_gap(W, T, V_PER)
+    assert abs(gap - th.weighted_block_gap(P0)) < 1e-10
+    assert abs(th.weighted_topic_gap(W + 3.0, T, V_PER) - gap) < 1e-10
+    assert abs(th.weighted_topic_gap(torch.from_numpy(W[:-1, :-1]), T, V_PER) - gap) < 1e-10
+    tb = th.tied_embedding_blocks(S, C, T, V_PER, D)
     assert abs(gap - tb.lam_topic / V_PER) < 1e-10
 
 
 def test_tied_bias_optimum_bias_and_means():
-    opt = te.tied_bias_optimum(T, V_PER, TAU, N, attend_to_masked=True)
-    S, C = th.moments(T, V_PER, TAU, N, attend_to_masked=True)
+    opt = th.tied_bias_optimum(tm.Setting(T, V_PER, TAU, N, attend_to_masked=True))
+    S, C = th.moments(P0)
     one = np.ones(D)
     assert np.allclose(opt.bias, C @ one - opt.M @ (S @ one), atol=1e-12)
     assert np.allclose(opt.M, opt.M.T, atol=1e-12)

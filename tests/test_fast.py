@@ -15,13 +15,13 @@ import torch
 
 import topicmech as tm
 from topicmech import fast
-from topicmech.train import mlm_loss
+from topicmech.losses import mlm_loss
 
 D = 21  # T = 4 topics of 5 words, plus [MASK]
 
 
 def _model(**kw):
-    kw = {"attention": "uniform", "value": "learned", "head": "identity", "seed": 1, **kw}
+    kw = {"attention": "uniform", "value": "learned", "head": "identity", "attend_to_masked": True, "seed": 1, **kw}
     return tm.OneLayerTransformer(D, **kw)
 
 
@@ -45,8 +45,8 @@ def test_matches_train_closed_form_gradient(docs, loss, attend_to_masked, optimi
     lr = 0.01 if optimizer == "adam" else 0.5
     m1, m2 = _model(attend_to_masked=attend_to_masked), _model(attend_to_masked=attend_to_masked)
     kw = dict(steps=120, batch_size=8, loss=loss, optimizer=optimizer, lr=lr, seed=3)
-    h1 = tm.train_model(m1, docs, path="reference", **kw)
-    h2 = tm.train_model(m2, docs, **kw)                              # the uniform path
+    h1 = tm.train.train(m1, docs, path="reference", **kw)
+    h2 = tm.train.train(m2, docs, **kw)                              # the uniform path
     assert h1.step == h2.step
     assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
     torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-4, rtol=1e-4)
@@ -64,8 +64,8 @@ def test_matches_train_autograd(docs, kw):
     l2 = kw.pop("l2", 0.0)
     m1, m2 = _model(**kw), _model(**kw)
     args = dict(steps=60, batch_size=8, loss="cross_entropy", optimizer="adam", lr=0.01, l2=l2, seed=4)
-    h1 = tm.train_model(m1, docs, path="reference", **args)
-    h2 = fast.train_uniform(m2, docs, **args)
+    h1 = tm.train.train(m1, docs, path="reference", **args)
+    h2 = tm.train.train_uniform(m2, docs, **args)
     assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-4
     for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
         assert n1 == n2
@@ -77,8 +77,8 @@ def test_matches_train_topic_model_and_probes(lda):
     probes = {"diag": lambda m: m.W_V.diagonal().mean()}
     kw = dict(steps=40, batch_size=6, doc_len=25, loss="squared", optimizer="sgd", lr=0.5, seed=9,
               probes=probes, probe_every=10)
-    h1 = tm.train_model(m1, lda, path="reference", **kw)
-    h2 = tm.train_model(m2, lda, **kw)
+    h1 = tm.train.train(m1, lda, path="reference", **kw)
+    h2 = tm.train.train(m2, lda, **kw)
     assert h1.probe_step == h2.probe_step == [0, 10, 20, 30, 40]
     torch.testing.assert_close(torch.tensor(h1.probe("diag")), torch.tensor(h2.probe("diag")), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(m1.W_V, m2.W_V, atol=1e-5, rtol=1e-5)
@@ -86,15 +86,15 @@ def test_matches_train_topic_model_and_probes(lda):
 
 def test_bit_identical_for_same_seed(docs):
     m1, m2 = _model(), _model()
-    h1 = fast.train_uniform(m1, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
-    h2 = fast.train_uniform(m2, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
+    h1 = tm.train.train_uniform(m1, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
+    h2 = tm.train.train_uniform(m2, docs, steps=50, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
     assert h1.loss == h2.loss
     assert torch.equal(m1.W_V, m2.W_V)
 
 
 def test_learns_topic_blocks(lda):
     m = _model(attend_to_masked=False)
-    fast.train_uniform(m, lda, steps=400, batch_size=32, doc_len=40, loss="cross_entropy", optimizer="adam", seed=0)
+    tm.train.train_uniform(m, lda, steps=400, batch_size=32, doc_len=40, loss="cross_entropy", optimizer="adam", seed=0)
     bm = tm.block_means(m.W_V.detach(), lda.topic_of_word)
     assert bm.same_topic - bm.diff_topic > 0.5, bm
 
@@ -129,7 +129,9 @@ def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
             opt.step()
         assert torch.equal(p1.detach(), p2.detach()) and torch.equal(q1.detach(), q2.detach())
         assert torch.equal(p3.detach(), p4.detach())
-        torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=0.0)
+        # fused and default Adam round in a different order: equal to float32's rounding, not bit for bit
+        torch.testing.assert_close(p3.detach(), p2.detach(), rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                   atol=1e-7 if dtype == torch.float32 else 0.0)
     assert (ours.exp_avg == []) == (name == "sgd")                         # SGD keeps no state
     assert fast.TorchOptimKernels([torch.zeros(2, dtype=torch.int64)], name, lr).fused is False   # never fused
 
@@ -138,8 +140,8 @@ def test_train_uniform_is_train(docs):
     """train_uniform is a thin alias: the same numbers as train(), which takes the same path."""
     m1, m2 = _model(), _model()
     kw = dict(steps=30, batch_size=8, loss="cross_entropy", optimizer="adam", seed=2)
-    h1 = tm.train_model(m1, docs, **kw)
-    h2 = fast.train_uniform(m2, docs, **kw)
+    h1 = tm.train.train(m1, docs, **kw)
+    h2 = tm.train.train_uniform(m2, docs, **kw)
     assert h1.loss == h2.loss and torch.equal(m1.W_V, m2.W_V)
 
 
@@ -148,8 +150,8 @@ def test_uniform_path_imports_no_optimiser_class():
     (about 1.5 s of CPU and 80 MiB), more than a whole demonstration run."""
     code = ("import sys, topicmech as tm\n"
             "lda = tm.LDATopicModel(3, 4, 0.3)\n"
-            "m = tm.OneLayerTransformer(lda.num_tokens, seed=0)\n"
-            "tm.train_model(m, lda, steps=5, batch_size=4, doc_len=10, loss='cross_entropy', optimizer='adam')\n"
+            "m = tm.OneLayerTransformer(lda.num_tokens, seed=0, attend_to_masked=True)\n"
+            "tm.train.train(m, lda, steps=5, batch_size=4, doc_len=10, loss='cross_entropy', optimizer='adam')\n"
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -170,10 +172,10 @@ def test_uniform_loss_equals_mlm_loss(docs, loss, attend_to_masked):
     words = torch.randint(D - 1, (B, N), generator=gen)
     gen2 = torch.Generator().manual_seed(0)
     inputs, selected = tm.bert_mask(docs, D - 1, seed=gen2)  # the same draws, through bert_mask
-    xbar, Y, n = fast.chunk_statistics(docs, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
-                                       random_prob=0.1, attend_to_masked=attend_to_masked)
+    xbar, Y, n = fast.chunk_statistics(docs, sel_u, branch, words, num_tokens=D, masking=tm.BERT_MASKING,
+                                       attend_to_masked=attend_to_masked)
     assert torch.equal(n, selected.sum(1).float())
-    got = fast.uniform_loss(fast._logits_from_xbar(m, xbar), Y, n, loss, float(n.sum()))
+    got = fast.uniform_loss(fast.logits_from_xbar(m, xbar), Y, n, loss, float(n.sum()))
     want = mlm_loss(m(inputs, selected), docs, selected, loss)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
@@ -192,9 +194,9 @@ def test_padding_is_invisible(lda, attend_to_masked):
     sel_u[:, 0] = 0.0  # every document has a selected position
     words = torch.randint(D - 1, (B, N), generator=gen)
     m = _model(attend_to_masked=attend_to_masked, init_scale=0.3)
-    xbar, Y, n = fast.chunk_statistics(padded, sel_u, branch, words, num_tokens=D, mask_prob=0.15, keep_prob=0.1,
-                                       random_prob=0.1, attend_to_masked=attend_to_masked, lengths=lengths)
-    got = fast.uniform_loss(fast._logits_from_xbar(m, xbar), Y, n, "cross_entropy", float(n.sum()))
+    xbar, Y, n = fast.chunk_statistics(padded, sel_u, branch, words, num_tokens=D, masking=tm.BERT_MASKING,
+                                       attend_to_masked=attend_to_masked, lengths=lengths)
+    got = fast.uniform_loss(fast.logits_from_xbar(m, xbar), Y, n, "cross_entropy", float(n.sum()))
     (g_got,) = torch.autograd.grad(got, [m.W_V])
     # reference: each document on its own, the general model and loss, no padding anywhere
     total, count = 0.0, 0
@@ -220,8 +222,8 @@ def test_padded_training_ignores_pad_content(lda):
     other[torch.arange(20)[None, :] >= lengths[:, None]] = 7  # different padding content
     m1, m2 = _model(), _model()
     kw = dict(steps=30, batch_size=8, lengths=lengths, loss="cross_entropy", optimizer="adam", seed=1)
-    fast.train_uniform(m1, docs, **kw)
-    fast.train_uniform(m2, other, **kw)
+    tm.train.train_uniform(m1, docs, **kw)
+    tm.train.train_uniform(m2, other, **kw)
     assert torch.equal(m1.W_V, m2.W_V)
 
 
@@ -249,25 +251,25 @@ def test_pad_documents_roundtrip():
 
 def test_rejects_bad_input(lda, docs):
     with pytest.raises(ValueError, match="attention='uniform'"):
-        fast.train_uniform(tm.OneLayerTransformer(D, attention="learned"), docs, steps=2)
+        tm.train.train_uniform(tm.OneLayerTransformer(D, attention="learned", attend_to_masked=True), docs, steps=2)
     with pytest.raises(ValueError, match="lengths"):
-        fast.train_uniform(_model(), lda, steps=2, doc_len=5, lengths=torch.ones(3, dtype=torch.long))
+        tm.train.train_uniform(_model(), lda, steps=2, doc_len=5, lengths=torch.ones(3, dtype=torch.long))
     with pytest.raises(ValueError, match="lengths"):
-        fast.train_uniform(_model(), docs, steps=2, lengths=torch.zeros(len(docs), dtype=torch.long))
+        tm.train.train_uniform(_model(), docs, steps=2, lengths=torch.zeros(len(docs), dtype=torch.long))
     with pytest.raises(ValueError, match="lengths"):
-        fast.train_uniform(_model(), docs, steps=2, lengths=torch.full((len(docs),), 31))
+        tm.train.train_uniform(_model(), docs, steps=2, lengths=torch.full((len(docs),), 31))
     with pytest.raises(ValueError, match="doc_len"):
-        fast.train_uniform(_model(), lda, steps=2)
+        tm.train.train_uniform(_model(), lda, steps=2)
     with pytest.raises(ValueError, match="steps"):
-        fast.train_uniform(_model(), docs, steps=0)
+        tm.train.train_uniform(_model(), docs, steps=0)
     with pytest.raises(ValueError, match="optimizer"):
-        fast.train_uniform(_model(), docs, steps=2, optimizer="rmsprop")
+        tm.train.train_uniform(_model(), docs, steps=2, optimizer="rmsprop")
     with pytest.raises(ValueError, match="lr"):
-        fast.train_uniform(_model(), docs, steps=2, lr=-1.0)
+        tm.train.train_uniform(_model(), docs, steps=2, lr=-1.0)
     with pytest.raises(ValueError, match="check_every"):
-        fast.train_uniform(_model(), docs, steps=2, check_every=0)
+        tm.train.train_uniform(_model(), docs, steps=2, check_every=0)
     with pytest.raises(ValueError, match="trainable"):
-        fast.train_uniform(_model().freeze("W_V"), docs, steps=2)
+        tm.train.train_uniform(_model().freeze("W_V"), docs, steps=2)
     with pytest.raises(ValueError, match="min_len"):
         fast.sample_variable_length(lda, 3, 10, 5)
     with pytest.raises(ValueError, match="pad_id"):
@@ -279,11 +281,11 @@ def test_rejects_bad_input(lda, docs):
 def test_non_finite_loss_stops_with_step(docs):
     m = _model(init_scale=1.0)
     with pytest.raises(FloatingPointError, match=r"at step \d+"):
-        fast.train_uniform(m, docs, steps=400, batch_size=8, loss="squared", optimizer="sgd", lr=1e6, check_every=10)
+        tm.train.train_uniform(m, docs, steps=400, batch_size=8, loss="squared", optimizer="sgd", lr=1e6, check_every=10)
 
 
 def test_a_few_steps_give_finite_losses(docs):
-    h = fast.train_uniform(_model(), docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
+    h = tm.train.train_uniform(_model(), docs, steps=3, batch_size=4, loss="cross_entropy", optimizer="adam")
     assert len(h.loss) == 3 and all(math.isfinite(x) for x in h.loss)
 
 
@@ -292,8 +294,8 @@ def test_float64_model_trains_in_float64(docs, kw):
     """The per-document statistics follow the model's dtype: float64 paths agree to 1e-12."""
     m1, m2 = _model(init_scale=0.3, **kw).double(), _model(init_scale=0.3, **kw).double()
     args = dict(steps=30, batch_size=8, loss="cross_entropy", optimizer="adam", lr=0.01, seed=4)
-    h1 = tm.train_model(m1, docs, path="reference", **args)
-    h2 = tm.train_model(m2, docs, **args)
+    h1 = tm.train.train(m1, docs, path="reference", **args)
+    h2 = tm.train.train(m2, docs, **args)
     assert max(abs(a - b) for a, b in zip(h1.loss, h2.loss)) < 1e-12
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
         assert p2.dtype == torch.float64

@@ -15,8 +15,9 @@ import torch
 
 import topicmech as tm
 from topicmech import fast
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
-from topicmech.train import mlm_loss, train
+from topicmech.train import train
 
 LDA = tm.LDATopicModel(num_topics=4, words_per_topic=5, alpha=0.3)   # V = 20
 D = LDA.num_tokens                                                      # 21
@@ -44,7 +45,7 @@ def model64(cfg: dict, attend_to_masked: bool, seed: int = 1) -> OneLayerTransfo
 
 def batch(seed: int = 0, B: int = 12, N: int = 25, mask_prob: float = 0.3):
     docs = LDA.sample(B, N, seed=seed)
-    inputs, selected = tm.bert_mask(docs, LDA.vocab_size, mask_prob=mask_prob, seed=seed + 1)
+    inputs, selected = tm.bert_mask(docs, LDA.vocab_size, tm.Masking(mask_prob=mask_prob), seed=seed + 1)
     return docs, inputs, selected
 
 
@@ -137,7 +138,7 @@ def test_padding_is_invisible(attend_to_masked):
     params = [p for p in model.parameters() if p.requires_grad]
     rows = [LDA.sample(1, n, seed=i)[0] for i, n in enumerate([7, 30, 12, 2, 19])]
     padded, lengths = fast.pad_documents(rows, pad_id=3)
-    inputs, selected = tm.bert_mask(padded, LDA.vocab_size, mask_prob=0.4, seed=8)
+    inputs, selected = tm.bert_mask(padded, LDA.vocab_size, tm.Masking(mask_prob=0.4), seed=8)
     selected[:, 0] = True                                           # every document has a target
     valid = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
     got = fast.selected_loss(model, inputs, padded, selected, "cross_entropy", valid=valid)
@@ -170,7 +171,7 @@ def test_selected_loss_rejects_bad_input():
     with pytest.raises(ValueError, match="valid"):
         fast.selected_loss(model, inputs, docs, selected, "squared", valid=selected[:, :-1])
     with pytest.raises(ValueError, match="model"):
-        fast.selected_loss(TwoLayerTransformer(D, 8, seed=0), inputs, docs, selected, "squared")
+        fast.selected_loss(TwoLayerTransformer(D, 8, seed=0, attend_to_masked=True), inputs, docs, selected, "squared")
 
 
 # ---- the same training run on both paths ---------------------------------------------------
@@ -231,15 +232,15 @@ def test_padded_training_on_the_learned_path():
 
 
 def test_fast_path_choice():
-    assert fast.fast_path(OneLayerTransformer(D)) == "uniform"
-    assert fast.fast_path(OneLayerTransformer(D, attention="learned")) == "learned"
-    assert fast.fast_path(TwoLayerTransformer(D, 8, seed=0)) is None
+    assert fast.fast_path(OneLayerTransformer(D, attend_to_masked=True)) == "uniform"
+    assert fast.fast_path(OneLayerTransformer(D, attention="learned", attend_to_masked=True)) == "learned"
+    assert fast.fast_path(TwoLayerTransformer(D, 8, seed=0, attend_to_masked=True)) is None
 
     class Custom(OneLayerTransformer):
         pass
 
-    assert fast.fast_path(Custom(D, attention="learned")) is None     # a subclass may change forward
-    hooked = OneLayerTransformer(D, attention="learned")
+    assert fast.fast_path(Custom(D, attention="learned", attend_to_masked=True)) is None     # a subclass may change forward
+    hooked = OneLayerTransformer(D, attention="learned", attend_to_masked=True)
     hooked.register_forward_hook(lambda mod, args, out: None)
     assert fast.fast_path(hooked) is None                             # hooks must see the forward pass
 
@@ -255,25 +256,25 @@ def test_train_path_argument(monkeypatch):
 
     monkeypatch.setattr(OneLayerTransformer, "forward", counting)
     kw = dict(steps=3, batch_size=4, doc_len=10, loss="cross_entropy", optimizer="adam", seed=0)
-    train(OneLayerTransformer(D, attention="learned"), LDA, path="reference", **kw)
+    train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), LDA, path="reference", **kw)
     assert len(calls) == 3
     monkeypatch.setattr(OneLayerTransformer, "forward", original)
     # with forward unchanged, 'auto' never calls it (the fast path computes the loss itself)
-    model = OneLayerTransformer(D, attention="learned")
+    model = OneLayerTransformer(D, attention="learned", attend_to_masked=True)
     model.register_forward_pre_hook(lambda mod, args: calls.append(1))
     train(model, LDA, path="auto", **kw)                             # hooked: reference, calls forward
     assert len(calls) == 6
     with pytest.raises(ValueError, match="path"):
-        train(TwoLayerTransformer(D, 8, seed=0), LDA, path="fast", **kw)
+        train(TwoLayerTransformer(D, 8, seed=0, attend_to_masked=True), LDA, path="fast", **kw)
     with pytest.raises(ValueError, match="path"):
-        train(OneLayerTransformer(D), LDA, path="quick", **kw)
+        train(OneLayerTransformer(D, attend_to_masked=True), LDA, path="quick", **kw)
     docs = LDA.sample(10, 8, seed=0)
     with pytest.raises(ValueError, match="lengths"):
-        train(OneLayerTransformer(D, attention="learned"), docs, steps=2, lengths=torch.full((10,), 8),
+        train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), docs, steps=2, lengths=torch.full((10,), 8),
               path="reference")
 
 
 def test_non_finite_loss_on_the_learned_path():
-    model = OneLayerTransformer(D, attention="learned", init_scale=1.0, seed=0)
+    model = OneLayerTransformer(D, attention="learned", init_scale=1.0, seed=0, attend_to_masked=True)
     with pytest.raises(FloatingPointError, match=r"at step \d+"):
         train(model, LDA, steps=200, batch_size=8, doc_len=10, lr=1e8, seed=0)

@@ -10,6 +10,7 @@ import torch
 
 from topicmech.data import SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
+from topicmech.setting import Masking
 
 V = 8           # real words: 4 topics of 2 words
 D = V + 1       # plus [MASK]
@@ -19,7 +20,7 @@ TM = SimplifiedTopicModel(4, 2, 2)
 def batch(num_docs: int = 3, doc_len: int = 7, seed: int = 0, mask_prob: float = 0.4):
     """(docs, inputs, selected) with some selected positions in every document."""
     docs = TM.sample(num_docs, doc_len, seed=seed)
-    inputs, selected = bert_mask(docs, V, mask_prob=mask_prob, keep_prob=0.2, random_prob=0.2, seed=seed + 1)
+    inputs, selected = bert_mask(docs, V, Masking(mask_prob=mask_prob, keep_prob=0.2, random_prob=0.2), seed=seed + 1)
     selected[:, 0] = True            # at least one selected and one unselected position per document
     selected[:, 1] = False
     return docs, inputs, selected
@@ -84,7 +85,7 @@ def test_every_switch_combination_constructs_and_runs(cfg):
 
 
 def test_fixed_matrices_have_their_values():
-    model = OneLayerTransformer(D, embedding="one_hot", attention="uniform", value="identity", head="identity")
+    model = OneLayerTransformer(D, embedding="one_hot", attention="uniform", value="identity", head="identity", attend_to_masked=True)
     assert torch.equal(model.W_E, torch.eye(D))
     assert torch.equal(model.W_K, torch.zeros(D, D)) and torch.equal(model.W_Q, torch.zeros(D, D))
     assert torch.equal(model.W_V, torch.eye(D))
@@ -93,25 +94,25 @@ def test_fixed_matrices_have_their_values():
 
 
 def test_d_model_defaults_and_constraints():
-    assert OneLayerTransformer(D).d_model == D
-    assert OneLayerTransformer(D, 3, embedding="learned", head="tied").d_model == 3
+    assert OneLayerTransformer(D, attend_to_masked=True).d_model == D
+    assert OneLayerTransformer(D, 3, embedding="learned", head="tied", attend_to_masked=True).d_model == 3
     with pytest.raises(ValueError, match="d_model"):
-        OneLayerTransformer(D, 3, embedding="one_hot", head="learned")
+        OneLayerTransformer(D, 3, embedding="one_hot", head="learned", attend_to_masked=True)
     with pytest.raises(ValueError, match="d_model"):
-        OneLayerTransformer(D, 3, embedding="learned", head="identity")
+        OneLayerTransformer(D, 3, embedding="learned", head="identity", attend_to_masked=True)
 
 
 def test_initialisation_is_seeded_and_scaled():
-    a = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=3)
-    b = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=3)
-    c = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=4)
+    a = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=3, attend_to_masked=True)
+    b = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=3, attend_to_masked=True)
+    c = OneLayerTransformer(D, embedding="learned", attention="learned", head="learned", d_model=6, seed=4, attend_to_masked=True)
     for name, p in a.named_parameters():
         assert torch.equal(p, dict(b.named_parameters())[name])
         assert not torch.equal(p, dict(c.named_parameters())[name])
-    big = OneLayerTransformer(D, value="learned", init_scale=1.0, seed=0)
-    small = OneLayerTransformer(D, value="learned", init_scale=1e-3, seed=0)
+    big = OneLayerTransformer(D, value="learned", init_scale=1.0, seed=0, attend_to_masked=True)
+    small = OneLayerTransformer(D, value="learned", init_scale=1e-3, seed=0, attend_to_masked=True)
     torch.testing.assert_close(small.W_V, 1e-3 * big.W_V)
-    zero = OneLayerTransformer(D, value="learned", init_scale=0.0)
+    zero = OneLayerTransformer(D, value="learned", init_scale=0.0, attend_to_masked=True)
     assert torch.equal(zero.W_V, torch.zeros(D, D))
 
 
@@ -225,9 +226,9 @@ def test_fully_selected_document_gives_zero_output(attention, embedding, head, d
 
 def test_key_visibility_function():
     selected = torch.tensor([[True, False], [False, False]])
-    assert torch.equal(key_visibility(selected, False, selected.shape), ~selected)
-    assert key_visibility(selected, True, selected.shape).all()
-    vis = key_visibility(None, False, torch.Size([2, 3]))
+    assert torch.equal(key_visibility(selected, selected.shape, attend_to_masked=False), ~selected)
+    assert key_visibility(selected, selected.shape, attend_to_masked=True).all()
+    vis = key_visibility(None, torch.Size([2, 3]), attend_to_masked=False)
     assert vis.shape == (2, 3) and vis.dtype == torch.bool and vis.all()
 
 
@@ -261,15 +262,15 @@ def test_key_query_matrix_reproduces_scores(embedding, d, attend_to_masked):
 
 
 def test_value_matrix_one_hot_identity_head_is_W_V():
-    model = OneLayerTransformer(D, value="learned", head="identity", init_scale=1.0, seed=0)
+    model = OneLayerTransformer(D, value="learned", head="identity", init_scale=1.0, seed=0, attend_to_masked=True)
     assert torch.equal(model.value_matrix(), model.W_V)
-    model = OneLayerTransformer(D, value="identity", head="identity")
+    model = OneLayerTransformer(D, value="identity", head="identity", attend_to_masked=True)
     assert torch.equal(model.value_matrix(), torch.eye(D))
 
 
 def test_tied_head_uses_embedding_transpose():
     model = OneLayerTransformer(D, 4, embedding="learned", attention="learned", head="tied", init_scale=0.9,
-                                seed=1).double()
+                                seed=1, attend_to_masked=True).double()
     assert torch.equal(model.unembedding, model.W_E.T)
     assert not hasattr(model, "W_U")
     torch.testing.assert_close(model.value_matrix(), model.W_E.T @ model.W_V @ model.W_E)
@@ -288,7 +289,7 @@ def test_tied_head_uses_embedding_transpose():
 
 def test_learned_head_logits_by_hand():
     model = OneLayerTransformer(D, 5, embedding="learned", attention="learned", head="learned", init_scale=0.9,
-                                seed=4).double()
+                                seed=4, attend_to_masked=True).double()
     _, inputs, selected = batch(num_docs=2, doc_len=6)
     pattern = model.attention_pattern(inputs, selected)
     xbar = pattern @ torch.nn.functional.one_hot(inputs, D).double()
@@ -299,7 +300,7 @@ def test_learned_head_logits_by_hand():
 
 
 def test_freeze_stops_gradients_and_updates():
-    model = OneLayerTransformer(D, 4, embedding="learned", attention="learned", head="learned", init_scale=0.5)
+    model = OneLayerTransformer(D, 4, embedding="learned", attention="learned", head="learned", init_scale=0.5, attend_to_masked=True)
     assert model.freeze("W_V", "W_E") is model
     assert not model.W_V.requires_grad and not model.W_E.requires_grad
     assert model.W_K.requires_grad and model.W_Q.requires_grad and model.W_U.requires_grad
@@ -315,7 +316,7 @@ def test_freeze_stops_gradients_and_updates():
 
 
 def test_freeze_fixed_matrices_is_a_no_op():
-    model = OneLayerTransformer(D)          # one-hot, uniform, learned W_V, identity head
+    model = OneLayerTransformer(D, attend_to_masked=True)          # one-hot, uniform, learned W_V, identity head
     model.freeze("W_E", "W_K", "W_Q", "W_U")
     assert model.W_V.requires_grad
     assert [n for n, p in model.named_parameters() if p.requires_grad] == ["W_V"]
@@ -323,14 +324,14 @@ def test_freeze_fixed_matrices_is_a_no_op():
 
 @pytest.mark.parametrize("name", ["W_X", "w_v", "", "training", "W_U_fixed", "num_tokens", "A"])
 def test_freeze_unknown_name_raises(name):
-    model = OneLayerTransformer(D)
+    model = OneLayerTransformer(D, attend_to_masked=True)
     with pytest.raises(ValueError, match=repr(name).replace("(", r"\(")):
         model.freeze(name)
     assert model.W_V.requires_grad              # nothing half-frozen
 
 
 def test_freeze_tied_head_raises():
-    model = OneLayerTransformer(D, 4, embedding="learned", head="tied")
+    model = OneLayerTransformer(D, 4, embedding="learned", head="tied", attend_to_masked=True)
     with pytest.raises(ValueError, match="W_U"):
         model.freeze("W_V", "W_U")
     assert model.W_V.requires_grad              # validated before anything is frozen
@@ -372,3 +373,46 @@ def test_two_layer_document_without_visible_keys_attends_to_nothing():
     # the other documents do not depend on document 1 (each row of the batch is its own passage)
     alone = model.run_with_cache(inputs[[0, 2]], selected[[0, 2]])
     torch.testing.assert_close(cache["logits"][[0, 2]], alone["logits"])
+
+
+# ---- TwoLayerTransformer against torch.nn.MultiheadAttention --------------------------------------
+
+
+def _oracle(model: TwoLayerTransformer, inputs: torch.Tensor, selected: torch.Tensor | None):
+    """The same encoder built from torch.nn.MultiheadAttention (bias=False) and the model's LayerNorms."""
+    d, H = model.d_model, model.num_heads
+    hidden = None if selected is None or model.attend_to_masked else selected    # True: not a key
+    x = model.W_E.T[inputs]                                                      # (B, N, d)
+    patterns = []
+    for layer in range(model.num_layers):
+        mha = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True, dtype=torch.float64)
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(model.W_QKV[layer].reshape(3 * d, d))     # rows: W_Q, W_K, W_V
+            mha.out_proj.weight.copy_(model.W_O[layer])
+        out, pattern = mha(x, x, x, key_padding_mask=hidden, need_weights=True, average_attn_weights=False)
+        x = model.norms[layer](x + out)
+        patterns.append(pattern)                                                 # (B, H, query, key)
+    return x @ model.W_E, patterns
+
+
+@pytest.mark.parametrize("num_layers, num_heads", [(1, 1), (2, 2), (4, 4)])
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+def test_two_layer_transformer_matches_multihead_attention(num_layers, num_heads, attend_to_masked):
+    model = TwoLayerTransformer(D, 8, num_heads=num_heads, num_layers=num_layers, attend_to_masked=attend_to_masked,
+                                init_scale=0.7, seed=3).double()
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():                                   # LayerNorm affine parameters away from (1, 0)
+        for norm in model.norms:
+            norm.weight.copy_(1.0 + 0.3 * torch.randn(8, generator=gen, dtype=torch.float64))
+            norm.bias.copy_(0.3 * torch.randn(8, generator=gen, dtype=torch.float64))
+    for seed in range(3):
+        _, inputs, selected = batch(num_docs=4, doc_len=9, seed=seed)          # every document keeps a key
+        for sel in (None, selected):
+            cache = model.run_with_cache(inputs, sel)
+            want_logits, want_patterns = _oracle(model, inputs, sel)
+            torch.testing.assert_close(cache["logits"], want_logits, rtol=0.0, atol=1e-6)
+            for layer, want in enumerate(want_patterns):
+                torch.testing.assert_close(cache[f"blocks.{layer}.attn.pattern"], want, rtol=0.0, atol=1e-6)
+            if sel is not None and not attend_to_masked:
+                pattern = cache["blocks.0.attn.pattern"].detach()                  # hidden keys get no weight
+                assert float((pattern * sel[:, None, None, :]).abs().max()) == 0.0

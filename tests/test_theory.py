@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from topicmech import theory as th
+from topicmech.probes import relation_masks
+from topicmech.setting import Masking, Setting
 
 torch.set_num_threads(1)
 
@@ -34,9 +36,15 @@ PARAM_SETS = [
 ]
 
 
-def _kw(ps):
+def _setting(ps, attend):
+    """The Setting of a parameter tuple (T, v, tau, N, p_m, p_c, p_r) or of a dict like P0, P1."""
+    if isinstance(ps, dict):
+        return Setting(5, 4, 2, 20, attend_to_masked=attend).replace(**ps)
     T, v, tau, N, pm, pc, pr = ps
-    return dict(num_topics=T, words_per_topic=v, topics_per_doc=tau, doc_len=N, mask_prob=pm, keep_prob=pc, random_prob=pr)
+    return Setting(T, v, tau, N, masking=Masking(pm, pc, pr), attend_to_masked=attend)
+
+
+S0 = Setting(5, 4, 2, 20, attend_to_masked=True)   # P0 with visible keys
 
 
 # ---------------------------------------------------------------------------------------
@@ -52,9 +60,9 @@ def _kw(ps):
     ],
 )
 def test_p0_exact_values(attend, diag, same, diff, mask_col, excess, eig):
-    W = th.optimal_value_matrix(**P0, attend_to_masked=attend)
+    W = th.optimal_value_matrix(_setting(P0, attend))
     b = th.orbit_means(W, T0, v0)
-    vb = th.value_block_coefficients(**P0, attend_to_masked=attend)
+    vb = th.value_block_coefficients(_setting(P0, attend))
     for blocks in (b, vb):
         assert blocks.diag == pytest.approx(diag, abs=5e-7)
         assert blocks.same_topic == pytest.approx(same, abs=5e-7)
@@ -63,10 +71,10 @@ def test_p0_exact_values(attend, diag, same, diff, mask_col, excess, eig):
         assert blocks.within_eigenvalue == pytest.approx(excess, abs=5e-8)
         assert blocks.topic_eigenvalue == pytest.approx(eig, abs=5e-7)
     if attend:
-        assert th.diag_excess(20, 0.15, 0.1, 0.1) == pytest.approx(vb.within_eigenvalue, abs=1e-14)
+        assert th.diag_excess(S0) == pytest.approx(vb.within_eigenvalue, abs=1e-14)
     else:
-        assert th.topic_eigenvalue_hidden(5, 2, 20, 0.15) == pytest.approx(vb.topic_eigenvalue, abs=1e-14)
-        assert th.kappa(20, 0.15) == pytest.approx(0.0625, abs=5e-5)  # "kappa ~ 0.0625"
+        assert th.topic_eigenvalue_hidden(S0.hidden()) == pytest.approx(vb.topic_eigenvalue, abs=1e-14)
+        assert th.kappa(S0.hidden()) == pytest.approx(0.0625, abs=5e-5)  # "kappa ~ 0.0625"
 
 
 @pytest.mark.parametrize("ps", PARAM_SETS)
@@ -74,7 +82,7 @@ def test_p0_exact_values(attend, diag, same, diff, mask_col, excess, eig):
 def test_block_form_and_mask_row(ps, attend):
     """W* is constant on the orbits of the symmetry group (~1e-15) and its [MASK] row is 0."""
     T, v = ps[0], ps[1]
-    W = th.optimal_value_matrix(**_kw(ps), attend_to_masked=attend)
+    W = th.optimal_value_matrix(_setting(ps, attend))
     assert th.orbit_deviation(W, T, v) < 1e-13
     assert np.all(W[-1] == 0.0)
     if not attend:
@@ -91,9 +99,9 @@ def test_columns_and_rows_sum_to_one(ps, attend):
     with hidden keys the row sums are 1 as well (C Sigma^-1 row sums are 1)."""
     T, v = ps[0], ps[1]
     V = T * v
-    W = th.optimal_value_matrix(**_kw(ps), attend_to_masked=attend)
+    W = th.optimal_value_matrix(_setting(ps, attend))
     if attend:
-        Sigma, _ = th.moments(**_kw(ps))
+        Sigma, _ = th.moments(_setting(ps, True))
         shown = np.diag(Sigma) > 0  # tokens that can appear in xbar
         np.testing.assert_allclose(W[:V].sum(axis=0)[shown], 1.0, atol=1e-12)
         if shown[-1]:
@@ -108,11 +116,11 @@ def test_columns_and_rows_sum_to_one(ps, attend):
 @pytest.mark.parametrize("doc_len", ["finite", math.inf])
 @pytest.mark.parametrize("l2", [0.0, 1e-3])
 def test_dense_and_algebra_routes_agree(ps, attend, doc_len, l2):
-    kw = _kw(ps)
+    setting = _setting(ps, attend)
     if doc_len == math.inf:
-        kw["doc_len"] = math.inf
-    W = th.optimal_value_matrix(**kw, attend_to_masked=attend, l2=l2)
-    vb = th.value_block_coefficients(**kw, attend_to_masked=attend, l2=l2)
+        setting = setting.replace(doc_len=math.inf)
+    W = th.optimal_value_matrix(setting, l2=l2)
+    vb = th.value_block_coefficients(setting, l2=l2)
     np.testing.assert_allclose(th.block_matrix(vb, ps[0], ps[1]), W, rtol=0, atol=1e-10)
 
 
@@ -159,7 +167,7 @@ def _brute_force_moments(T, v, tau, N, pm, pc, pr, attend):
 @pytest.mark.parametrize("attend", [True, False])
 @pytest.mark.parametrize("ps", [(3, 2, 2, 3, 0.4, 0.2, 0.1), (2, 2, 1, 3, 0.6, 0.3, 0.3), (3, 1, 2, 4, 0.5, 0.25, 0.25)])
 def test_moments_match_brute_force_enumeration(ps, attend):
-    Sigma, C = th.moments(**_kw(ps), attend_to_masked=attend)
+    Sigma, C = th.moments(_setting(ps, attend))
     S_bf, C_bf = _brute_force_moments(*ps, attend)
     np.testing.assert_allclose(Sigma, S_bf, atol=1e-14)
     np.testing.assert_allclose(C, C_bf, atol=1e-14)
@@ -169,10 +177,10 @@ def test_moments_match_brute_force_enumeration(ps, attend):
 @pytest.mark.parametrize("attend", [True, False])
 @pytest.mark.parametrize("doc_len", ["finite", math.inf])
 def test_moments_basic_properties(ps, attend, doc_len):
-    kw = _kw(ps)
+    setting = _setting(ps, attend)
     if doc_len == math.inf:
-        kw["doc_len"] = math.inf
-    Sigma, C = th.moments(**kw, attend_to_masked=attend)
+        setting = setting.replace(doc_len=math.inf)
+    Sigma, C = th.moments(setting)
     D = ps[0] * ps[1] + 1
     assert Sigma.shape == C.shape == (D, D)
     np.testing.assert_allclose(Sigma, Sigma.T, atol=1e-15)
@@ -189,11 +197,11 @@ def test_kappa():
         n = N - 1
         pmf = [math.comb(n, k) * (1 - pm) ** k * pm ** (n - k) for k in range(n + 1)]
         ref = sum(pmf[k] / k for k in range(1, n + 1)) / (1 - pmf[0])
-        assert th.kappa(N, pm) == pytest.approx(ref, rel=1e-12)
-    assert th.kappa(11, 0.0) == pytest.approx(0.1, rel=1e-15)
-    assert th.kappa(math.inf, 0.15) == 0.0
+        assert th.kappa(S0.replace(doc_len=N, mask_prob=pm)) == pytest.approx(ref, rel=1e-12)
+    assert th.kappa(S0.replace(doc_len=11, mask_prob=0.0)) == pytest.approx(0.1, rel=1e-15)
+    assert th.kappa(S0.replace(doc_len=math.inf)) == 0.0
     # large N: kappa ~ 1 / ((N - 1)(1 - p_m))
-    assert th.kappa(10**6, 0.15) == pytest.approx(1 / ((10**6 - 1) * 0.85), rel=1e-5)
+    assert th.kappa(S0.replace(doc_len=10**6)) == pytest.approx(1 / ((10**6 - 1) * 0.85), rel=1e-5)
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,15 +220,15 @@ def test_kappa():
     ],
 )
 def test_n_table_visible_keys(N, excess, beta_gamma, gamma, cond):
-    b = th.value_block_coefficients(5, 4, 2, N)
+    b = th.value_block_coefficients(S0.replace(doc_len=N))
     assert b.within_eigenvalue == pytest.approx(excess, abs=5e-7)
     assert b.same_topic - b.diff_topic == pytest.approx(beta_gamma, abs=5e-7)
     assert b.diff_topic == pytest.approx(gamma, abs=5e-7)
     assert b.mask_col == pytest.approx(0.05, abs=5e-7)
-    assert th.diag_excess(N) == pytest.approx(b.within_eigenvalue, rel=1e-12)
-    Sigma, _ = th.moments(5, 4, 2, N)
+    assert th.diag_excess(S0.replace(doc_len=N)) == pytest.approx(b.within_eigenvalue, rel=1e-12)
+    Sigma, _ = th.moments(S0.replace(doc_len=N))
     assert np.linalg.cond(Sigma) == pytest.approx(cond, abs=0.05)
-    assert th.diag_excess(math.inf) == pytest.approx(0.113636, abs=5e-7)
+    assert th.diag_excess(S0.replace(doc_len=math.inf)) == pytest.approx(0.113636, abs=5e-7)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +236,7 @@ def test_n_table_visible_keys(N, excess, beta_gamma, gamma, cond):
     [(5, 0.164162, 0.017168), (20, 0.226402, 0.004720), (100, 0.245136, 0.000973), (1000, 0.249510, 0.000098)],
 )
 def test_n_table_hidden_keys(N, beta_gamma, gamma):
-    b = th.value_block_coefficients(5, 4, 2, N, attend_to_masked=False)
+    b = th.value_block_coefficients(S0.replace(doc_len=N).hidden())
     assert b.within_eigenvalue == pytest.approx(0.0, abs=1e-15)
     assert b.same_topic - b.diff_topic == pytest.approx(beta_gamma, abs=5e-7)
     assert b.diff_topic == pytest.approx(gamma, abs=5e-7)
@@ -239,13 +247,13 @@ def test_hidden_keys_closed_form(ps):
     """lambda_topic = 1/(1 + kappa(tau(T-1)/(T-tau) - 1)), gamma = (1-lambda)/V, beta = gamma + lambda/v."""
     T, v, tau, N, pm, _, _ = ps
     V = T * v
-    b = th.value_block_coefficients(**_kw(ps), attend_to_masked=False)
-    lam = th.topic_eigenvalue_hidden(T, tau, N, pm)
+    b = th.value_block_coefficients(_setting(ps, False))
+    lam = th.topic_eigenvalue_hidden(_setting(ps, False))
     assert b.topic_eigenvalue == pytest.approx(lam, abs=1e-13)
     assert b.diff_topic == pytest.approx((1 - lam) / V, abs=1e-13)
     assert b.same_topic == pytest.approx((1 - lam) / V + lam / v, abs=1e-13)
     if tau < T:
-        kap = th.kappa(N, pm)
+        kap = th.kappa(_setting(ps, False))
         assert lam == pytest.approx(1 / (1 + kap * (tau * (T - 1) / (T - tau) - 1)), rel=1e-14)
     else:
         assert lam == 0.0
@@ -254,8 +262,8 @@ def test_hidden_keys_closed_form(ps):
 @pytest.mark.parametrize("ps", PARAM_SETS[:5])
 def test_visible_keys_closed_form(ps):
     T, v, tau, N, pm, pc, pr = ps
-    b = th.value_block_coefficients(**_kw(ps))
-    assert b.within_eigenvalue == pytest.approx(th.diag_excess(N, pm, pc, pr), abs=1e-13)
+    b = th.value_block_coefficients(_setting(ps, True))
+    assert b.within_eigenvalue == pytest.approx(th.diag_excess(_setting(ps, True)), abs=1e-13)
 
 
 def test_large_vocabulary_is_instant():
@@ -263,14 +271,15 @@ def test_large_vocabulary_is_instant():
     T, v, tau, N = 1000, 100, 5, 500
     V = T * v
     start = time.perf_counter()
-    si = th.value_block_coefficients(T, v, tau, N)
-    cs = th.value_block_coefficients(T, v, tau, N, attend_to_masked=False)
-    lim = th.value_block_coefficients(T, v, tau, math.inf, l2=1e-6)
+    setting = Setting(T, v, tau, N, attend_to_masked=True)
+    si = th.value_block_coefficients(setting)
+    cs = th.value_block_coefficients(setting.hidden())
+    lim = th.value_block_coefficients(setting.replace(doc_len=math.inf), l2=1e-6)
     elapsed = time.perf_counter() - start
     assert elapsed < 0.5, elapsed
-    assert si.within_eigenvalue == pytest.approx(th.diag_excess(N), rel=1e-9)
+    assert si.within_eigenvalue == pytest.approx(th.diag_excess(setting), rel=1e-9)
     assert si.mask_col == pytest.approx(1 / V, rel=1e-8)
-    assert cs.topic_eigenvalue == pytest.approx(th.topic_eigenvalue_hidden(T, tau, N), rel=1e-9)
+    assert cs.topic_eigenvalue == pytest.approx(th.topic_eigenvalue_hidden(setting.hidden()), rel=1e-9)
     assert cs.diag + (v - 1) * cs.same_topic + (V - v) * cs.diff_topic == pytest.approx(1.0, abs=1e-9)
     assert lim.diag == pytest.approx(lim.same_topic, rel=1e-9)
 
@@ -285,8 +294,8 @@ def test_large_vocabulary_is_instant():
     [(0.0, 0.27263, -0.01639, 0.11295, -0.125000), (1e-4, 0.27092, -0.01606, 0.11274, -0.124996), (1e-2, 0.16985, 0.00111, 0.09506, -0.110756)],
 )
 def test_limit_table(l2, beta, gamma, mask_col, loss_term):
-    Sigma, C = th.moments(5, 4, 2, math.inf)
-    W = th.optimal_value_matrix(5, 4, 2, math.inf, l2=l2)
+    Sigma, C = th.moments(S0.replace(doc_len=math.inf))
+    W = th.optimal_value_matrix(S0.replace(doc_len=math.inf), l2=l2)
     b = th.orbit_means(W, 5, 4)
     assert th.orbit_deviation(W, 5, 4) < 1e-12
     assert b.diag == pytest.approx(b.same_topic, abs=1e-12)  # pure topic block
@@ -299,11 +308,12 @@ def test_limit_table(l2, beta, gamma, mask_col, loss_term):
 
 @pytest.mark.parametrize("attend", [True, False])
 def test_limit_rank_and_bayes_risk(attend):
-    Sigma, C = th.moments(5, 4, 2, math.inf, attend_to_masked=attend)
+    setting = S0.replace(doc_len=math.inf, attend_to_masked=attend)
+    Sigma, C = th.moments(setting)
     assert np.linalg.matrix_rank(Sigma, tol=1e-10) == 5  # = T, not D = 21
-    W = th.optimal_value_matrix(5, 4, 2, math.inf, attend_to_masked=attend)
-    assert th.population_loss(W, Sigma, C) == pytest.approx(th.bayes_risk(5, 4, 2), abs=1e-10)
-    assert th.bayes_risk(5, 4, 2) == 0.875
+    W = th.optimal_value_matrix(setting)
+    assert th.population_loss(W, Sigma, C) == pytest.approx(th.bayes_risk(setting), abs=1e-10)
+    assert th.bayes_risk(setting) == 0.875
     # the minimum-norm solution maps every limiting input d_S to q_S = E[y | S]
     a, b, m = 1 - 0.15 + 0.15 * 0.1, 0.15 * 0.1, 0.15 * 0.8
     for S in itertools.combinations(range(5), 2):
@@ -317,9 +327,10 @@ def test_limit_rank_and_bayes_risk(attend):
 
 
 def test_order_of_limits():
-    """SI: alpha - beta -> p_c/(1 - p_m p_[M]) at large finite N, but alpha = beta at N = inf."""
-    assert th.value_block_coefficients(5, 4, 2, 10**7).within_eigenvalue == pytest.approx(th.diag_excess(math.inf), rel=1e-5)
-    assert th.value_block_coefficients(5, 4, 2, math.inf).within_eigenvalue == pytest.approx(0.0, abs=1e-12)
+    """SI: w_diag - w_same -> p_c/(1 - p_m p_[M]) at large finite N, but w_diag = w_same at N = inf."""
+    limit = th.diag_excess(S0.replace(doc_len=math.inf))
+    assert th.value_block_coefficients(S0.replace(doc_len=10**7)).within_eigenvalue == pytest.approx(limit, rel=1e-5)
+    assert th.value_block_coefficients(S0.replace(doc_len=math.inf)).within_eigenvalue == pytest.approx(0.0, abs=1e-12)
 
 
 # ---------------------------------------------------------------------------------------
@@ -332,9 +343,8 @@ def _sample(kw, num_docs, seed):
 
     T, v = kw["num_topics"], kw["words_per_topic"]
     docs = SimplifiedTopicModel(T, v, kw["topics_per_doc"]).sample(num_docs, kw["doc_len"], seed=seed)
-    inputs, selected = bert_mask(
-        docs, T * v, kw.get("mask_prob", 0.15), kw.get("keep_prob", 0.1), kw.get("random_prob", 0.1), seed=seed + 1
-    )
+    masking = Masking(kw.get("mask_prob", 0.15), kw.get("keep_prob", 0.1), kw.get("random_prob", 0.1))
+    inputs, selected = bert_mask(docs, T * v, masking, seed=seed + 1)
     return inputs, selected, docs
 
 
@@ -362,7 +372,7 @@ def test_least_squares_p0_matches_exact(attend):
     n_pos = int(selected.sum())
     assert 430_000 < n_pos < 470_000
     W_mc = th.least_squares_value_matrix(inputs, selected, docs, 21, attend_to_masked=attend)
-    W = th.optimal_value_matrix(**P0, attend_to_masked=attend)
+    W = th.optimal_value_matrix(_setting(P0, attend))
     assert np.linalg.norm(W_mc - W) / np.linalg.norm(W) < 0.065
     mc, ex = th.orbit_means(W_mc, 5, 4), th.orbit_means(W, 5, 4)
     for name in ("diag", "same_topic", "diff_topic", "mask_col"):
@@ -381,7 +391,7 @@ def test_least_squares_second_parameter_set(attend, sampler):
     else:
         inputs, selected, docs = _sample(P1, 100_000, seed=3)
     W_mc = th.least_squares_value_matrix(inputs, selected, docs, 13, attend_to_masked=attend)
-    W = th.optimal_value_matrix(**P1, attend_to_masked=attend)
+    W = th.optimal_value_matrix(_setting(P1, attend))
     assert np.linalg.norm(W_mc - W) / np.linalg.norm(W) < 0.055
     mc, ex = th.orbit_means(W_mc, 4, 3), th.orbit_means(W, 4, 3)
     for name in ("diag", "same_topic", "diff_topic", "mask_col", "topic_eigenvalue"):
@@ -395,7 +405,8 @@ def test_least_squares_ridge_and_rank_deficiency():
     W1 = th.least_squares_value_matrix(inputs, selected, docs, 7, attend_to_masked=False, l2=1e-2)
     assert np.linalg.norm(W1) < np.linalg.norm(W0)
     # torch tensors are accepted too
-    W2 = th.least_squares_value_matrix(torch.from_numpy(inputs), torch.from_numpy(selected), torch.from_numpy(docs), 7, False)
+    W2 = th.least_squares_value_matrix(torch.from_numpy(inputs), torch.from_numpy(selected), torch.from_numpy(docs), 7,
+                                     attend_to_masked=False)
     np.testing.assert_allclose(W2, W0)
 
 
@@ -405,8 +416,8 @@ def test_least_squares_ridge_and_rank_deficiency():
 
 
 def test_tied_embeddings_table():
-    Sigma, C = th.moments(**P0)
-    eye, same, diff = th._orbit_masks(5, 4)
+    Sigma, C = th.moments(S0)
+    eye, same, diff = relation_masks(np.arange(20) // 4)
     # d = T: words of the same topic get identical embeddings
     E, M = th.tied_embedding_optimum(Sigma, C, 5, seed=0)
     assert E.shape == (5, 21)
@@ -437,14 +448,14 @@ def test_tied_embeddings_table():
 
 def test_symmetric_optimum_and_w_star_loss():
     """Section 8.11 Part D header: unconstrained symmetric optimum and loss(W*)."""
-    Sigma, C = th.moments(**P0)
-    Msym = th._symmetric_optimum(Sigma, C)
+    Sigma, C = th.moments(S0)
+    Msym = th.symmetric_optimum(Sigma, C)
     b = th.orbit_means(Msym, 5, 4)
     assert (b.diag, b.same_topic, b.diff_topic) == pytest.approx((0.3630, 0.2448, -0.0001), abs=5e-5)
     eig = np.linalg.eigvalsh(Msym)
     assert (eig < 0).sum() == 1 and (eig > 0).sum() == 20
     assert th.embedding_loss(Msym, Sigma, C) == pytest.approx(-0.118987, abs=5e-7)
-    assert th.embedding_loss(th.optimal_value_matrix(**P0), Sigma, C) == pytest.approx(-0.119194, abs=5e-7)
+    assert th.embedding_loss(th.optimal_value_matrix(S0), Sigma, C) == pytest.approx(-0.119194, abs=5e-7)
 
 
 # ---------------------------------------------------------------------------------------
@@ -482,9 +493,9 @@ def test_gradient_matches_autograd(attend):
 
 
 def test_gradient_hidden_keys_ratio():
-    W = th.optimal_value_matrix(**P0, attend_to_masked=False)
+    W = th.optimal_value_matrix(S0.hidden())
     start = time.perf_counter()
-    G = th.key_query_gradient(W, **P0, num_docs=50_000, attend_to_masked=False, seed=0)
+    G = th.key_query_gradient(W, S0.hidden(), num_docs=50_000, seed=0)
     assert time.perf_counter() - start < 10.0
     b = th.orbit_means(G, 5, 4)
     assert b.same_topic < 0 < b.diff_topic
@@ -497,12 +508,12 @@ def test_gradient_hidden_keys_ratio():
 
 
 def test_gradient_visible_keys_ordering():
-    W = th.optimal_value_matrix(**P0)
-    G = th.key_query_gradient(W, **P0, num_docs=50_000, seed=0)
+    W = th.optimal_value_matrix(S0)
+    G = th.key_query_gradient(W, S0, num_docs=50_000, seed=0)
     b = th.orbit_means(G, 5, 4)
     assert b.diag < b.same_topic < 0 < b.diff_topic
     np.testing.assert_allclose(G.sum(axis=0), 0.0, atol=1e-15)
-    eye, same, diff = th._orbit_masks(5, 4)
+    eye, same, diff = relation_masks(np.arange(20) // 4)
     g = G[:20, :20]
     for q in range(20):  # every word query: same word < same topic < different topic
         assert g[q, q] < g[same[:, q], q].min()
@@ -518,22 +529,22 @@ def test_gradient_vs_notes(attend, same_word, same_topic, diff_topic):
     """Section 8.11 Part E (100k documents). Over 600k documents our category means are
     1-2% larger in magnitude than the notes' (a common factor, about 1.5 sigma of the notes'
     run), so compare with a 6% relative tolerance."""
-    W = th.optimal_value_matrix(**P0, attend_to_masked=attend)
-    b = th.orbit_means(th.key_query_gradient(W, **P0, num_docs=200_000, attend_to_masked=attend, seed=1), 5, 4)
+    W = th.optimal_value_matrix(_setting(P0, attend))
+    b = th.orbit_means(th.key_query_gradient(W, _setting(P0, attend), num_docs=200_000, seed=1), 5, 4)
     assert b.diag == pytest.approx(same_word, rel=0.06)
     assert b.same_topic == pytest.approx(same_topic, rel=0.06)
     assert b.diff_topic == pytest.approx(diff_topic, rel=0.06)
 
 
 def test_gradient_limit_closed_form():
-    lim = th.key_query_gradient_limit(5, 4, 2, keep_prob=0.1)
+    lim = th.key_query_gradient_limit(S0.hidden())
     assert lim["same_topic"] == pytest.approx(-0.2 / (20 * 4 * 16), rel=1e-14)
     assert lim["diff_topic"] == pytest.approx(0.2 / (20 * 4 * 16 * 4), rel=1e-14)
     assert lim["same_topic"] / lim["diff_topic"] == pytest.approx(lim["ratio"]) == -4.0
-    assert th.key_query_gradient_limit(5, 4, 1)["same_topic"] == 0.0
+    assert th.key_query_gradient_limit(S0.replace(topics_per_doc=1))["same_topic"] == 0.0
     # Monte Carlo with W = B/v at long N approaches the leading-order values (measured ~1-2%)
     W = th.block_matrix(th.ValueBlocks(0.25, 0.25, 0.0, 0.0, 1.0), 5, 4)
-    G = th.key_query_gradient(W, 5, 4, 2, 100, 10_000, attend_to_masked=False, seed=0)
+    G = th.key_query_gradient(W, S0.replace(doc_len=100).hidden(), 10_000, seed=0)
     b = th.orbit_means(G, 5, 4)
     assert b.same_topic == pytest.approx(lim["same_topic"], rel=0.06)
     assert b.diff_topic == pytest.approx(lim["diff_topic"], rel=0.06)
@@ -545,38 +556,28 @@ def test_gradient_limit_closed_form():
 
 
 BAD_CALLS = [
-    ("num_topics", lambda: th.moments(0, 4, 1, 20)),
-    ("topics_per_doc", lambda: th.moments(5, 4, 6, 20)),
-    ("words_per_topic", lambda: th.optimal_value_matrix(5, 0, 2, 20)),
-    ("doc_len", lambda: th.moments(5, 4, 2, 1)),
-    ("doc_len", lambda: th.value_block_coefficients(5, 4, 2, 2.5)),
-    ("mask_prob", lambda: th.moments(5, 4, 2, 20, mask_prob=1.5)),
-    ("keep_prob", lambda: th.moments(5, 4, 2, 20, keep_prob=-0.1)),
-    ("keep_prob", lambda: th.moments(5, 4, 2, 20, keep_prob=0.6, random_prob=0.5)),
-    ("random_prob", lambda: th.value_block_coefficients(5, 4, 2, 20, random_prob=2)),
-    ("mask_prob", lambda: th.moments(5, 4, 2, 20, mask_prob=1.0, attend_to_masked=False)),
-    ("attend_to_masked", lambda: th.moments(5, 4, 2, 20, attend_to_masked="yes")),
-    ("l2", lambda: th.optimal_value_matrix(5, 4, 2, 20, l2=-1.0)),
-    ("l2", lambda: th.value_block_coefficients(5, 4, 2, 20, l2=float("nan"))),
-    ("mask_prob", lambda: th.kappa(20, 1.0)),
-    ("doc_len", lambda: th.kappa(1, 0.15)),
-    ("doc_len", lambda: th.diag_excess(0)),
-    ("topics_per_doc", lambda: th.topic_eigenvalue_hidden(3, 4, 20)),
-    ("words_per_topic", lambda: th.bayes_risk(5, 0, 2)),
-    ("keep_prob", lambda: th.key_query_gradient_limit(5, 4, 2, keep_prob=1.2)),
+    # the scalar fields are validated by Setting (tests/test_setting.py); here the other arguments
+    ("setting", lambda: th.moments((5, 4, 2, 20))),
+    ("setting", lambda: th.optimal_value_matrix(None)),
+    ("l2", lambda: th.optimal_value_matrix(S0, l2=-1.0)),
+    ("l2", lambda: th.value_block_coefficients(S0, l2=float("nan"))),
+    ("mask_prob", lambda: th.kappa(S0.replace(mask_prob=1.0))),
+    ("topics_per_doc", lambda: th.lda_alpha_matching(S0.replace(topics_per_doc=1))),
+    ("dirichlet_alpha", lambda: th.lda_moments(S0, 0.0)),
     ("num_topics", lambda: th.block_matrix(th.ValueBlocks(1, 0, 0, 0, 1), 0, 4)),
     ("d", lambda: th.tied_embedding_optimum(np.eye(3), np.eye(3), 0)),
     ("C", lambda: th.tied_embedding_optimum(np.eye(3), np.eye(2), 2)),
-    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 4), bool), np.zeros((2, 3), int), 5)),
-    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 3), int), np.zeros((2, 3), int), 5)),
-    ("inputs", lambda: th.least_squares_value_matrix(np.full((2, 3), 5), np.ones((2, 3), bool), np.zeros((2, 3), int), 5)),
-    ("docs", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.ones((2, 3), bool), np.full((2, 3), 4), 5)),
-    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 3), bool), np.zeros((2, 3), int), 5)),
-    ("num_docs", lambda: th.key_query_gradient(np.eye(21), 5, 4, 2, 20, 0)),
-    ("value_matrix", lambda: th.key_query_gradient(np.eye(20), 5, 4, 2, 20, 10)),
-    ("doc_len", lambda: th.key_query_gradient(np.eye(21), 5, 4, 2, math.inf, 10)),
-    ("seed", lambda: th.key_query_gradient(np.eye(21), 5, 4, 2, 20, 10, seed=-1)),
-    ("value_matrix", lambda: th.empirical_key_query_gradient(np.eye(3)[:2], np.zeros((1, 2), int), np.ones((1, 2), bool), np.zeros((1, 2), int))),
+    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 4), bool), np.zeros((2, 3), int), 5, attend_to_masked=True)),
+    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 3), int), np.zeros((2, 3), int), 5, attend_to_masked=True)),
+    ("inputs", lambda: th.least_squares_value_matrix(np.full((2, 3), 5), np.ones((2, 3), bool), np.zeros((2, 3), int), 5, attend_to_masked=True)),
+    ("docs", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.ones((2, 3), bool), np.full((2, 3), 4), 5, attend_to_masked=True)),
+    ("selected", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.zeros((2, 3), bool), np.zeros((2, 3), int), 5, attend_to_masked=True)),
+    ("attend_to_masked", lambda: th.least_squares_value_matrix(np.zeros((2, 3), int), np.ones((2, 3), bool), np.zeros((2, 3), int), 5, attend_to_masked="yes")),
+    ("num_docs", lambda: th.key_query_gradient(np.eye(21), S0, 0)),
+    ("value_matrix", lambda: th.key_query_gradient(np.eye(20), S0, 10)),
+    ("doc_len", lambda: th.key_query_gradient(np.eye(21), S0.replace(doc_len=math.inf), 10)),
+    ("seed", lambda: th.key_query_gradient(np.eye(21), S0, 10, seed=-1)),
+    ("value_matrix", lambda: th.empirical_key_query_gradient(np.eye(3)[:2], np.zeros((1, 2), int), np.ones((1, 2), bool), np.zeros((1, 2), int), attend_to_masked=True)),
     ("matrix", lambda: th.orbit_means(np.eye(5), 5, 4)),
 ]
 
@@ -590,8 +591,9 @@ def test_bad_inputs_raise(name, call):
 @pytest.mark.parametrize("attend_to_masked", [True, False])
 def test_lda_sigma_eigenvalues_match_the_simplified_model_at_the_matching_alpha(attend_to_masked):
     T, v, tau, N = 6, 3, 2, 24
-    alpha = th.lda_alpha_matching(T, tau)
-    got = th.lda_sigma_eigenvalues(T, v, alpha, N, attend_to_masked=attend_to_masked)
-    want = th.sigma_eigenvalues(T, v, tau, N, attend_to_masked=attend_to_masked)
+    setting = Setting(T, v, tau, N, attend_to_masked=attend_to_masked)
+    dirichlet_alpha = th.lda_alpha_matching(setting)
+    got = th.lda_sigma_eigenvalues(setting, dirichlet_alpha)
+    want = th.sigma_eigenvalues(setting)
     np.testing.assert_allclose(got, want, rtol=1e-10)
     assert 0 < got[0] <= got[1]

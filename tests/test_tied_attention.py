@@ -1,4 +1,4 @@
-"""Unit tests for topicmech.tied_attention (the authors' stage-2 result, chapter 5).
+"""Unit tests for the tied attention of topicmech.theory (the authors' stage-2 result, chapter 5).
 
 Cheap settings only (the chapter's quick setting T=5, v=4, tau=2, N=20 and a few thousand
 documents); the grid over tau and T is in benchmarks/tied_attention_grid.py.
@@ -15,42 +15,43 @@ import torch
 
 from topicmech import stage2
 from topicmech import theory as th
-from topicmech import tied_attention as ta
 from topicmech.data import SimplifiedTopicModel, bert_mask
+from topicmech.setting import Setting
 from topicmech.utils import spawn_seeds
 
 T, v, tau, N = 5, 4, 2, 20
 V, D = T * v, T * v + 1
+QUICK = Setting.stage2_quick(attend_to_masked=False)               # T, v, tau, N above, hidden keys
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["hidden", "visible"])
 def optimum(request):
-    return ta.tied_attention_optimum(T, v, tau, N, attend_to_masked=request.param, num_docs=20_000)
+    return th.tied_attention_optimum(QUICK.replace(attend_to_masked=request.param), num_docs=20_000)
 
 
 def test_tied_score_matrix():
-    C = ta.tied_score_matrix(3.0, 5.0, T, v)
+    C = th.tied_score_matrix(3.0, 5.0, T, v)
     assert C.shape == (D, D)
     assert np.all(np.diag(C) == 5.0)                                  # same token, [MASK]-[MASK] included
     assert C[0, 1] == 3.0 and C[0, v] == 1.0                          # same topic / different topic
     assert np.all(C[:V, V] == 1.0) and np.all(C[V, :V] == 1.0)        # [MASK] vs word: different topic
-    assert np.allclose(ta.tied_score_matrix(1.0, 1.0, T, v), 1.0)     # uniform attention
-    assert ta.weighted_ratio(3.0, 5.0, v) == pytest.approx(0.75 * 3 + 0.25 * 5)
+    assert np.allclose(th.tied_score_matrix(1.0, 1.0, T, v), 1.0)     # uniform attention
+    assert th.weighted_ratio(3.0, 5.0, v) == pytest.approx(0.75 * 3 + 0.25 * 5)
 
 
 @pytest.mark.parametrize("attend_to_masked", [False, True])
 def test_objective_matches_the_model(attend_to_masked):
     """The 12-statistic formula equals the squared loss of OneLayerTransformer with A = log(Cmat)."""
     n_docs, seed = 200, 3
-    obj = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=attend_to_masked, seed=seed, num_docs=n_docs)
+    obj = th.tied_attention_objective(QUICK.replace(attend_to_masked=attend_to_masked), seed=seed, num_docs=n_docs)
     s = spawn_seeds(seed, 2)                                          # the objective's first chunk
     docs = SimplifiedTopicModel(T, v, tau).sample(n_docs, N, seed=s[0])
     inputs, selected = bert_mask(docs, V, seed=s[1])
-    model = stage2.stage2_model(obj.value_matrix, attend_to_masked=attend_to_masked)
+    model = stage2.stage2_model(obj.W_star, attend_to_masked=attend_to_masked)
     target = torch.nn.functional.one_hot(docs, D).double()           # (B, N, D)
     used = selected if attend_to_masked else selected & (~selected).any(dim=1, keepdim=True)
     for alpha, beta in [(1.0, 1.0), (2.5, 0.7), (0.3, 4.0)]:
-        A = np.log(ta.tied_score_matrix(alpha, beta, T, v))           # (key, query)
+        A = np.log(th.tied_score_matrix(alpha, beta, T, v))           # (key, query)
         with torch.no_grad():                                         # W_K^T W_Q / sqrt(D) = A
             model.W_Q.copy_(torch.eye(D))
             model.W_K.copy_(torch.as_tensor(math.sqrt(D) * A.T, dtype=model.W_K.dtype))
@@ -60,7 +61,7 @@ def test_objective_matches_the_model(attend_to_masked):
 
 
 def test_gradient_matches_finite_differences():
-    obj = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=True, num_docs=2000)
+    obj = th.tied_attention_objective(QUICK.visible(), num_docs=2000)
     x, h = np.array([0.4, -0.3]), 1e-5
     _, g = obj.gradient(*x)
     for k in range(2):
@@ -72,11 +73,11 @@ def test_gradient_matches_finite_differences():
 
 def test_uniform_attention_reproduces_stage1_loss(optimum):
     """alpha = beta = 1 is uniform attention: the estimate matches the exact stage-1 loss."""
-    obj = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=optimum.attend_to_masked, num_docs=20_000)
+    obj = th.tied_attention_objective(optimum.setting, num_docs=20_000)
     est, se = obj.loss_and_se(1.0, 1.0)
     assert est == pytest.approx(optimum.uniform_loss, abs=1e-12)
-    Sigma, C = th.moments(T, v, tau, N, attend_to_masked=optimum.attend_to_masked)
-    exact = th.population_loss(obj.value_matrix, Sigma, C)
+    Sigma, C = th.moments(optimum.setting)
+    exact = th.population_loss(obj.W_star, Sigma, C)
     assert optimum.uniform_loss_exact == pytest.approx(exact, abs=1e-12)
     assert abs(est - exact) < 4 * se, (est, exact, se)                # within 4 standard errors
 
@@ -91,7 +92,7 @@ def test_alpha_above_one(optimum):
 
 def test_optimum_beats_brute_force_grid(optimum):
     """On the same sample the optimiser is at least as good as a grid, and close to its best point."""
-    obj = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=optimum.attend_to_masked, num_docs=20_000)
+    obj = th.tied_attention_objective(optimum.setting, num_docs=20_000)
     grid = np.linspace(-1.0, 4.0, 21)                                 # log alpha, log beta, step 0.25
     la, lb = np.meshgrid(grid, grid, indexing="ij")
     losses = obj.loss(np.exp(la), np.exp(lb))                         # (21, 21)
@@ -100,7 +101,7 @@ def test_optimum_beats_brute_force_grid(optimum):
     i, _ = np.unravel_index(int(np.argmin(losses)), losses.shape)
     assert abs(grid[i] - math.log(optimum.alpha)) <= 0.5 + 1e-9                 # within two grid steps
     # an independent sample: its grid minimum agrees with our optimum within the estimator error
-    other = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=optimum.attend_to_masked, seed=1,
+    other = th.tied_attention_objective(optimum.setting, seed=1,
                                         num_docs=10_000)
     losses1 = other.loss(np.exp(la), np.exp(lb))
     k = np.unravel_index(int(np.argmin(losses1)), losses1.shape)
@@ -110,7 +111,7 @@ def test_optimum_beats_brute_force_grid(optimum):
 
 def test_result_fields(optimum):
     d = optimum.to_dict()
-    assert d["weighted_ratio"] == pytest.approx(ta.weighted_ratio(optimum.alpha, optimum.beta, v))
+    assert d["weighted_ratio"] == pytest.approx(th.weighted_ratio(optimum.alpha, optimum.beta, v))
     assert optimum.num_positions > optimum.num_docs > 0
     assert optimum.loss == pytest.approx(optimum.uniform_loss - optimum.gain, abs=1e-12)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -118,39 +119,30 @@ def test_result_fields(optimum):
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    "changes, kwargs, name",
     [
-        (dict(num_topics=5.0), "num_topics"),
-        (dict(words_per_topic=1), "words_per_topic"),
-        (dict(topics_per_doc=5), "topics_per_doc"),
-        (dict(topics_per_doc=6), "topics_per_doc"),
-        (dict(topics_per_doc=True), "topics_per_doc"),
-        (dict(doc_len=1), "doc_len"),
-        (dict(doc_len=20.5), "doc_len"),
-        (dict(mask_prob=1.5), "mask_prob"),
-        (dict(mask_prob=0.0), "mask_prob"),
-        (dict(keep_prob=-0.1), "keep_prob"),
-        (dict(random_prob="0.1"), "random_prob"),
-        (dict(keep_prob=0.6, random_prob=0.5), "keep_prob"),
-        (dict(attend_to_masked=1), "attend_to_masked"),
-        (dict(num_docs=0), "num_docs"),
-        (dict(seed=-1), "seed"),
+        (dict(words_per_topic=1), {}, "words_per_topic"),
+        (dict(topics_per_doc=5), {}, "topics_per_doc"),
+        (dict(doc_len=math.inf), {}, "doc_len"),
+        (dict(mask_prob=0.0), {}, "mask_prob"),
+        ({}, dict(num_docs=0), "num_docs"),
+        ({}, dict(seed=-1), "seed"),
     ],
 )
-def test_bad_input_raises(kwargs, name):
-    args = dict(num_topics=T, words_per_topic=v, topics_per_doc=tau, doc_len=N, attend_to_masked=False,
-                num_docs=100)
-    args.update(kwargs)
+def test_bad_input_raises(changes, kwargs, name):
+    """The estimator's own conditions; Setting validates the rest (tests/test_setting.py)."""
     with pytest.raises(ValueError, match=name):
-        ta.tied_attention_optimum(**args)
+        th.tied_attention_optimum(QUICK.replace(**changes), **{"num_docs": 100, **kwargs})
+    with pytest.raises(ValueError, match="setting"):
+        th.tied_attention_optimum((T, v, tau, N))
 
 
 def test_bad_ratios_raise():
     with pytest.raises(ValueError, match="alpha"):
-        ta.tied_score_matrix(0.0, 1.0, T, v)
+        th.tied_score_matrix(0.0, 1.0, T, v)
     with pytest.raises(ValueError, match="beta"):
-        ta.tied_score_matrix(1.0, float("nan"), T, v)
-    obj = ta.tied_attention_objective(T, v, tau, N, attend_to_masked=False, num_docs=100)
+        th.tied_score_matrix(1.0, float("nan"), T, v)
+    obj = th.tied_attention_objective(QUICK, num_docs=100)
     with pytest.raises(ValueError, match="alpha"):
         obj.loss(-1.0, 1.0)
     with pytest.raises(ValueError, match="max_positions"):

@@ -8,8 +8,10 @@ import torch
 
 import topicmech.train as train_mod
 from topicmech.data import SimplifiedTopicModel, bert_mask
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer
-from topicmech.train import History, mlm_loss, train
+from topicmech.setting import Masking
+from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(5, 4, 2)       # V = 20, D = 21
 D = TM.num_tokens
@@ -100,7 +102,8 @@ def test_l2_penalty_gradient_matches_manual_computation():
     """One SGD step with and without L2 from the same weights and batch: the difference is the
     penalty's gradient, -lr * 2 * l2 * W0, for every trained matrix."""
     lr, l2 = 0.1, 0.3
-    kwargs = dict(embedding="learned", attention="learned", head="learned", d_model=6, init_scale=0.5, seed=1)
+    kwargs = dict(embedding="learned", attention="learned", head="learned", d_model=6, init_scale=0.5,
+                  attend_to_masked=True, seed=1)
     plain, ridge = OneLayerTransformer(D, **kwargs), OneLayerTransformer(D, **kwargs)
     start = {n: p.detach().clone() for n, p in plain.named_parameters()}
     h0 = train(plain, TM, steps=1, batch_size=8, doc_len=10, lr=lr, l2=0.0, seed=5)
@@ -113,7 +116,7 @@ def test_l2_penalty_gradient_matches_manual_computation():
 
 
 def test_l2_penalty_shrinks_weights():
-    kwargs = dict(value="learned", init_scale=1.0, seed=0)
+    kwargs = dict(value="learned", init_scale=1.0, attend_to_masked=True, seed=0)
     plain, ridge = OneLayerTransformer(D, **kwargs), OneLayerTransformer(D, **kwargs)
     start = float(plain.W_V.detach().norm())
     train(plain, TM, steps=20, batch_size=16, doc_len=10, lr=0.05, l2=0.0, seed=0)
@@ -124,7 +127,7 @@ def test_l2_penalty_shrinks_weights():
 
 def test_l2_only_penalises_trained_matrices():
     """Frozen and fixed matrices are not decayed."""
-    model = OneLayerTransformer(D, 4, embedding="learned", head="learned", init_scale=1.0, seed=0).freeze("W_E")
+    model = OneLayerTransformer(D, 4, embedding="learned", head="learned", init_scale=1.0, seed=0, attend_to_masked=True).freeze("W_E")
     W_E = model.W_E.detach().clone()
     train(model, TM, steps=3, batch_size=4, doc_len=8, lr=0.1, l2=5.0, seed=0)
     assert torch.equal(model.W_E, W_E)
@@ -140,20 +143,20 @@ def recorded_masks(monkeypatch):
     The per-step paths (learned attention, used below) mask once per step; the uniform-attention
     path draws the same numbers in chunks, which tests/test_fast.py compares with the reference."""
     calls = []
-    corrupt = train_mod._corrupt
+    corrupt = train_mod.corrupt
 
     def recording(docs, *args):
         inputs, selected = corrupt(docs, *args)
         calls.append((docs.clone(), inputs.clone(), selected.clone()))
         return inputs, selected
 
-    monkeypatch.setattr(train_mod, "_corrupt", recording)
+    monkeypatch.setattr(train_mod, "corrupt", recording)
     return calls
 
 
 def test_fresh_masks_every_step(recorded_masks):
     one_doc = TM.sample(1, 40, seed=0)                   # the same document every step
-    train(OneLayerTransformer(D, attention="learned"), one_doc, steps=3, batch_size=4, seed=0)
+    train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), one_doc, steps=3, batch_size=4, seed=0)
     assert len(recorded_masks) == 3
     (d0, i0, s0), (d1, i1, s1), (d2, _, s2) = recorded_masks
     assert torch.equal(d0, d1)                           # same documents ...
@@ -164,14 +167,14 @@ def test_fresh_masks_every_step(recorded_masks):
 
 
 def test_topic_model_data_gives_fresh_documents(recorded_masks):
-    train(OneLayerTransformer(D, attention="learned"), TM, steps=2, batch_size=4, doc_len=15, seed=0)
+    train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), TM, steps=2, batch_size=4, doc_len=15, seed=0)
     assert not torch.equal(recorded_masks[0][0], recorded_masks[1][0])
     assert recorded_masks[0][0].shape == (4, 15)
 
 
 def test_training_on_a_docs_tensor_uses_only_those_documents(recorded_masks):
     docs = TM.sample(5, 12, seed=3)
-    history = train(OneLayerTransformer(D, attention="learned"), docs, steps=4, batch_size=8, seed=0)
+    history = train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), docs, steps=4, batch_size=8, seed=0)
     rows = {tuple(r) for r in docs.tolist()}
     for batch_docs, _, _ in recorded_masks:
         assert batch_docs.shape == (8, 12)
@@ -180,8 +183,8 @@ def test_training_on_a_docs_tensor_uses_only_those_documents(recorded_masks):
 
 
 def test_masking_probabilities_are_passed_through(recorded_masks):
-    train(OneLayerTransformer(D, attention="learned"), TM, steps=2, batch_size=50, doc_len=40, seed=0,
-          mask_prob=1.0, keep_prob=0.0, random_prob=0.0)
+    train(OneLayerTransformer(D, attention="learned", attend_to_masked=True), TM, steps=2, batch_size=50, doc_len=40, seed=0,
+          masking=Masking(mask_prob=1.0, keep_prob=0.0, random_prob=0.0))
     for _, inputs, selected in recorded_masks:
         assert selected.all() and torch.all(inputs == TM.mask_id)
 
@@ -189,7 +192,7 @@ def test_masking_probabilities_are_passed_through(recorded_masks):
 def test_history_records_probes_at_start_and_end():
     """Regression: a probe returning a parameter was stored as a NumPy view of the weights, so
     every recorded entry showed the final weights."""
-    model = OneLayerTransformer(D, init_scale=0.1, seed=0)
+    model = OneLayerTransformer(D, init_scale=0.1, seed=0, attend_to_masked=True)
     W0 = model.W_V.detach().clone()
     history = train(model, TM, steps=7, batch_size=4, doc_len=10, seed=0,
                     probes={"W_V": lambda m: m.W_V, "W_V_np": lambda m: m.W_V.detach().numpy(),
@@ -210,7 +213,7 @@ def test_history_records_probes_at_start_and_end():
 
 
 def test_default_probe_every_and_progress_bar():
-    history = train(OneLayerTransformer(D), TM, steps=100, batch_size=2, doc_len=5, seed=0,
+    history = train(OneLayerTransformer(D, attend_to_masked=True), TM, steps=100, batch_size=2, doc_len=5, seed=0,
                     probes={"x": lambda m: 0.0}, progress=True)
     assert history.probe_step == [0] + list(range(2, 101, 2))
 
@@ -226,13 +229,13 @@ def test_smoothed_loss_is_a_running_mean():
 
 
 def test_non_finite_loss_raises():
-    model = OneLayerTransformer(D, init_scale=1.0, seed=0)
+    model = OneLayerTransformer(D, init_scale=1.0, seed=0, attend_to_masked=True)
     with pytest.raises(FloatingPointError, match="lr"):
         train(model, TM, steps=200, batch_size=8, doc_len=10, lr=1e8, seed=0)
 
 
 def test_everything_frozen_raises():
-    model = OneLayerTransformer(D).freeze("W_V")
+    model = OneLayerTransformer(D, attend_to_masked=True).freeze("W_V")
     with pytest.raises(ValueError, match="trainable"):
         train(model, TM, steps=1, doc_len=5)
 
@@ -240,7 +243,7 @@ def test_everything_frozen_raises():
 def test_unknown_optimizer_is_named_even_without_lr():
     """Regression: optimizer='adamw' with lr=None was reported as a bad lr (0.0)."""
     with pytest.raises(ValueError, match="optimizer"):
-        train(OneLayerTransformer(D), TM, steps=1, doc_len=5, optimizer="adamw")
+        train(OneLayerTransformer(D, attend_to_masked=True), TM, steps=1, doc_len=5, optimizer="adamw")
 
 
 # ---- learning ------------------------------------------------------------------------------------
@@ -255,7 +258,7 @@ def heldout_loss(model, kind="squared") -> float:
 
 def test_gradient_descent_decreases_loss_in_stage_one_setting():
     """One-hot embeddings, frozen uniform attention, trained W_V, identity head, squared loss, SGD."""
-    model = OneLayerTransformer(D, value="learned", init_scale=0.01, seed=0)
+    model = OneLayerTransformer(D, value="learned", init_scale=0.01, seed=0, attend_to_masked=True)
     before = heldout_loss(model)
     assert before == pytest.approx(1.0, abs=0.01)        # f ~ 0 gives ||e_y||^2 = 1
     history = train(model, TM, steps=150, batch_size=32, doc_len=30, optimizer="sgd", seed=0)
@@ -265,7 +268,7 @@ def test_gradient_descent_decreases_loss_in_stage_one_setting():
 
 
 def test_adam_cross_entropy_decreases_loss():
-    model = OneLayerTransformer(D, value="learned", init_scale=0.01, seed=0)
+    model = OneLayerTransformer(D, value="learned", init_scale=0.01, seed=0, attend_to_masked=True)
     before = heldout_loss(model, "cross_entropy")
     train(model, TM, steps=100, batch_size=32, doc_len=30, loss="cross_entropy", optimizer="adam", lr=0.05, seed=0)
     after = heldout_loss(model, "cross_entropy")
@@ -274,6 +277,6 @@ def test_adam_cross_entropy_decreases_loss():
 
 
 def test_two_layer_model_trains():
-    model = TwoLayerTransformer(D, 8, num_heads=2, seed=0)
+    model = TwoLayerTransformer(D, 8, num_heads=2, seed=0, attend_to_masked=True)
     history = train(model, TM, steps=5, batch_size=4, doc_len=10, loss="cross_entropy", optimizer="adam", seed=0)
     assert len(history.loss) == 5 and np.isfinite(history.loss).all()

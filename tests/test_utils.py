@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import random
-import sys
 
-import cloudpickle
 import numpy as np
 import pytest
 import torch
 
 from topicmech import utils
+from topicmech.notebook import glue_values, setup_notebook
 from topicmech.utils import (
     check_masking,
     check_positive_int,
     check_probability,
     default_device,
-    default_jobs,
     is_full,
     make_generator,
-    parallel_map,
     run_mode,
     seed_everything,
-    setup_notebook,
 )
 
 
@@ -69,67 +64,6 @@ def test_seed_everything_accepts_large_and_numpy_seeds(restore_torch_globals):
     a = draws()
     seed_everything(5)
     assert draws() == a
-
-
-def test_parallel_map_matches_a_list_comprehension(monkeypatch):
-    items = [3, 1, 2]
-    assert parallel_map(lambda x: x * x, items, n_jobs=2) == [9, 1, 4]
-    assert parallel_map(lambda x: x * x, items, n_jobs=1) == [9, 1, 4]
-    assert parallel_map(lambda x: torch.get_num_threads(), items, n_jobs=2) == [1, 1, 1]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:                                                       # the worker's wrapper itself sets one thread
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(None):                          # restores this process's BLAS threads after
-            utils._init_worker({}, cloudpickle.dumps(lambda x: torch.get_num_threads()))
-            assert utils._in_worker(cloudpickle.dumps(0)) == 1
-    finally:
-        torch.set_num_threads(threads)
-    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "7")           # workers see the caller's current offset
-    assert parallel_map(lambda x: (os.environ["TOPICMECH_SEED_OFFSET"], utils.shift_seed(x)), [0, 1], n_jobs=2) \
-        == [("7", utils.shift_seed(0)), ("7", utils.shift_seed(1))]
-    monkeypatch.delenv("TOPICMECH_SEED_OFFSET")
-    monkeypatch.setenv("TOPICMECH_JOBS", "3")
-    assert default_jobs() == 3
-    monkeypatch.delenv("TOPICMECH_JOBS")
-    import joblib
-    for cores, jobs in ((16, 4), (2, 2), (1, 1)):                # one per core, at most four
-        monkeypatch.setattr(joblib, "cpu_count", lambda cores=cores: cores)
-        assert default_jobs() == jobs
-    monkeypatch.setenv("TOPICMECH_JOBS", "2")
-    seen = []                                                   # forked workers: one per item, up to n_jobs
-    assert parallel_map(lambda x: seen.append(x) or x, range(3)) == list(range(3)) and seen == []
-    monkeypatch.setattr(utils, "start_method", lambda: "spawn")  # spawned: one worker per four items,
-    assert parallel_map(lambda x: seen.append(x) or x, range(7)) == list(range(7)) and seen == list(range(7))
-    monkeypatch.delenv("TOPICMECH_JOBS")                        # so seven items stay in this process
-    for bad in ("0", "-1", "two"):
-        monkeypatch.setenv("TOPICMECH_JOBS", bad)
-        with pytest.raises(ValueError, match="TOPICMECH_JOBS"):
-            default_jobs()
-    with pytest.raises(ValueError, match="n_jobs"):
-        parallel_map(abs, items, n_jobs=0)
-
-
-def test_parallel_map_spawned_workers_run_notebook_functions(monkeypatch):
-    # the path taken off Linux: fresh interpreters that receive fn by value (cloudpickle)
-    monkeypatch.setattr(utils, "start_method", lambda: "spawn")
-    offset = 5
-    assert parallel_map(lambda x: (x + offset, torch.get_num_threads()), [1, 2], n_jobs=2) == [(6, 1), (7, 1)]
-
-
-def test_start_method(monkeypatch):
-    assert utils.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)    # a forked child could not use CUDA
-    assert utils.start_method() == "spawn"
-
-
-def test_parallel_map_leaves_no_worker_behind():
-    import psutil
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}   # e.g. a spawned pool's resource tracker
-    assert os.getpid() not in parallel_map(lambda _: os.getpid(), range(4), n_jobs=2)   # ran in workers
-    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
 def test_make_generator():
@@ -185,16 +119,9 @@ def test_default_device(monkeypatch):
 
 def test_setup_notebook(monkeypatch, restore_torch_globals):
     monkeypatch.setenv("TOPICMECH_MODE", "quick")
-    monkeypatch.setattr(utils, "_IMPORTS_FROZEN", False)
-    gc.unfreeze()
-    try:
-        assert setup_notebook(3, threads=1) == "quick"
-        frozen = gc.get_freeze_count()
-        assert frozen > 0                            # the imports are out of the collector's way
-        setup_notebook(3)
-        assert gc.get_freeze_count() <= frozen       # only the first call freezes (objects may still die)
-    finally:
-        gc.unfreeze()                                # the test process goes on collecting them
+    frozen = gc.get_freeze_count()
+    assert setup_notebook(3, threads=1) == "quick"
+    assert gc.get_freeze_count() == frozen           # no hidden global state: the collector is left alone
     assert torch.get_num_threads() == 1
     a = draws()
     setup_notebook(3)
@@ -276,3 +203,43 @@ def test_as_float64_detaches_and_converts():
     a = utils.as_float64(t * 2)
     assert a.dtype == np.float64 and a.shape == (2, 3) and (a == 2).all()
     assert utils.as_float64([[1, 2]]).dtype == np.float64
+
+
+def test_glue_values_glues_plain_numbers_in_order(monkeypatch):
+    import myst_nb
+
+    glued = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
+    glue_values({"gap": np.float64(0.25), "n": np.int64(3), "t": torch.tensor(1.5), "a": np.array(2.0),
+                       "k": 7, "flag": True, "label": "x"})
+    assert glued == [("gap", 0.25, False), ("n", 3, False), ("t", 1.5, False), ("a", 2.0, False), ("k", 7, False),
+                     ("flag", True, False), ("label", "x", False)]
+    assert [type(v) for _, v, _ in glued[:4]] == [float, int, float, float]
+    glued.clear()
+    glue_values({"n": 3, "half": np.float32(0.5)}, convert=float)     # as glue(name, float(value)) would
+    assert glued == [("n", 3.0, False), ("half", 0.5, False)] and type(glued[0][1]) is float
+    with pytest.raises(ValueError, match="values"):
+        glue_values([("gap", 1.0)])
+    with pytest.raises(ValueError, match="names"):
+        glue_values({"": 1.0})
+    with pytest.raises(ValueError, match=r"values\['v'\]"):
+        glue_values({"v": np.zeros(3)})
+
+
+def test_glue_values_without_myst_nb_keeps_the_values(monkeypatch):
+    """An exported notebook runs without Jupyter Book: the values are kept in notebook.GLUED."""
+    import builtins
+
+    from topicmech import notebook
+
+    real_import = builtins.__import__
+
+    def no_myst_nb(name, *args, **kwargs):
+        if name == "myst_nb":
+            raise ImportError("no myst_nb")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
+    monkeypatch.setattr(notebook, "GLUED", {})
+    glue_values({"gap": np.float64(0.25)})
+    assert notebook.GLUED == {"gap": 0.25}

@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import fast, utils
+from topicmech import fast, notebook, utils
 from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check_docs
+from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
 from topicmech.probes import attention_by_relation, block_means, relation_masks, topic_contrasts
-from topicmech.train import History, mlm_loss, train
+from topicmech.setting import Masking
+from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(2, 2, 2)           # V = 4, D = 5
 V, D = TM.vocab_size, TM.num_tokens
@@ -29,8 +31,8 @@ SEL = torch.tensor([[True, False, False, True], [False, True, False, False]])
 TOPIC = TM.topic_of_word
 MODEL = OneLayerTransformer(D, attend_to_masked=False)
 LEARNED = OneLayerTransformer(D, attention="learned", attend_to_masked=False)
-TIED = OneLayerTransformer(D, 3, embedding="learned", head="tied")
-TWO = TwoLayerTransformer(D, 4)
+TIED = OneLayerTransformer(D, 3, embedding="learned", head="tied", attend_to_masked=True)
+TWO = TwoLayerTransformer(D, 4, attend_to_masked=True)
 LOGITS = torch.zeros(2, 4, D)
 UNIFORM = torch.full((2, 4, 4), 0.25)
 
@@ -46,7 +48,7 @@ def train_with(**kw):
     args = dict(steps=1, batch_size=2, doc_len=4)
     args.update(kw)
     data = args.pop("data", TM)
-    model = args.pop("model", OneLayerTransformer(D))
+    model = args.pop("model", OneLayerTransformer(D, attend_to_masked=True))
     return lambda: train(model, data, **args)
 
 
@@ -84,37 +86,40 @@ add("check_docs(string docs)", lambda: check_docs("0 1 2", V), "docs")
 add("train(data=ragged list docs)", train_with(data=[[0, 1], [2]]), "data")
 add("train(data=empty (0, 4))", train_with(data=torch.zeros(0, 4, dtype=torch.long)), "data")
 each("bert_mask(vocab_size", lambda b: lambda: bert_mask(DOCS, b), "vocab_size", (None,))
-for name, (b1, b2) in {"mask_prob": (-0.1, math.inf), "keep_prob": (math.nan, "0.1"),
-                       "random_prob": (1.5, True)}.items():
-    add(f"bert_mask({name}={b1!r})", lambda n=name, b=b1: bert_mask(DOCS, V, **{n: b}), name)
-    add(f"train({name}={b2!r})", train_with(**{name: b2}), name)
-add("bert_mask(keep_prob=0.6, random_prob=0.5)", lambda: bert_mask(DOCS, V, keep_prob=0.6, random_prob=0.5), "keep_prob")
-add("train(keep_prob=0.6, random_prob=0.5)", train_with(keep_prob=0.6, random_prob=0.5), "random_prob")
+for name, bads in {"mask_prob": (-0.1, math.inf), "keep_prob": (math.nan, "0.1"), "random_prob": (1.5, True)}.items():
+    each(f"Masking({name}", lambda b, n=name: lambda: Masking(**{n: b}), name, bads)
+add("Masking(keep_prob=0.6, random_prob=0.5)", lambda: Masking(keep_prob=0.6, random_prob=0.5), "keep_prob")
+add("Masking(keep_prob=0.6, random_prob=0.5) names random_prob", lambda: Masking(keep_prob=0.6, random_prob=0.5),
+    "random_prob")
+for label, bad in {"None": None, "dict": dict(mask_prob=0.15), "tuple": (0.15, 0.1, 0.1), "float": 0.15}.items():
+    add(f"bert_mask(masking={label})", lambda b=bad: bert_mask(DOCS, V, b), "masking")
+    add(f"train(masking={label})", train_with(masking=bad), "masking")
 
 # ---- model ----------------------------------------------------------------------------------------
-each("OneLayerTransformer(num_tokens", lambda b: lambda: OneLayerTransformer(b), "num_tokens", (0,))
-each("TwoLayerTransformer(num_tokens", lambda b: lambda: TwoLayerTransformer(b), "num_tokens", (True,))
-each("OneLayerTransformer(d_model", lambda b: lambda: OneLayerTransformer(D, b, embedding="learned", head="tied"),
+each("OneLayerTransformer(num_tokens", lambda b: lambda: OneLayerTransformer(b, attend_to_masked=True), "num_tokens", (0,))
+each("TwoLayerTransformer(num_tokens", lambda b: lambda: TwoLayerTransformer(b, attend_to_masked=True), "num_tokens", (True,))
+each("OneLayerTransformer(d_model", lambda b: lambda: OneLayerTransformer(D, b, embedding="learned", head="tied",
+                                                                            attend_to_masked=True),
      "d_model", (2.5,))
-each("TwoLayerTransformer(d_model", lambda b: lambda: TwoLayerTransformer(D, b), "d_model", (0,))
-add("OneLayerTransformer(one_hot, d_model != D)", lambda: OneLayerTransformer(D, 3, head="learned"), "d_model")
+each("TwoLayerTransformer(d_model", lambda b: lambda: TwoLayerTransformer(D, b, attend_to_masked=True), "d_model", (0,))
+add("OneLayerTransformer(one_hot, d_model != D)", lambda: OneLayerTransformer(D, 3, head="learned", attend_to_masked=True), "d_model")
 add("OneLayerTransformer(identity head, d_model != D)",
-    lambda: OneLayerTransformer(D, 3, embedding="learned", head="identity"), "d_model")
+    lambda: OneLayerTransformer(D, 3, embedding="learned", head="identity", attend_to_masked=True), "d_model")
 for arg, bad in [("embedding", "onehot"), ("attention", None), ("value", 1), ("head", "Tied")]:
-    add(f"OneLayerTransformer({arg}={bad!r})", lambda a=arg, b=bad: OneLayerTransformer(D, **{a: b}), arg, repr(bad))
+    add(f"OneLayerTransformer({arg}={bad!r})", lambda a=arg, b=bad: OneLayerTransformer(D, **{a: b}, attend_to_masked=True), arg, repr(bad))
 each("OneLayerTransformer(attend_to_masked", lambda b: lambda: OneLayerTransformer(D, attend_to_masked=b),
-     "attend_to_masked", (np.bool_(True),))
+     "attend_to_masked", (1,))
 each("TwoLayerTransformer(attend_to_masked", lambda b: lambda: TwoLayerTransformer(D, 4, attend_to_masked=b),
      "attend_to_masked", ("yes",))
-each("OneLayerTransformer(init_scale", lambda b: lambda: OneLayerTransformer(D, init_scale=b), "init_scale",
+each("OneLayerTransformer(init_scale", lambda b: lambda: OneLayerTransformer(D, init_scale=b, attend_to_masked=True), "init_scale",
      (-1.0, math.nan))
-each("TwoLayerTransformer(init_scale", lambda b: lambda: TwoLayerTransformer(D, 4, init_scale=b), "init_scale",
+each("TwoLayerTransformer(init_scale", lambda b: lambda: TwoLayerTransformer(D, 4, init_scale=b, attend_to_masked=True), "init_scale",
      ("0.1",))
-each("OneLayerTransformer(seed", lambda b: lambda: OneLayerTransformer(D, seed=b), "seed", (2**64,))
-each("TwoLayerTransformer(seed", lambda b: lambda: TwoLayerTransformer(D, 4, seed=b), "seed", ("a",))
-each("TwoLayerTransformer(num_heads", lambda b: lambda: TwoLayerTransformer(D, 4, num_heads=b), "num_heads", (0,))
-each("TwoLayerTransformer(num_layers", lambda b: lambda: TwoLayerTransformer(D, 4, num_layers=b), "num_layers", (-1,))
-add("TwoLayerTransformer(d_model=4, num_heads=3)", lambda: TwoLayerTransformer(D, 4, num_heads=3), "num_heads")
+each("OneLayerTransformer(seed", lambda b: lambda: OneLayerTransformer(D, seed=b, attend_to_masked=True), "seed", (2**64,))
+each("TwoLayerTransformer(seed", lambda b: lambda: TwoLayerTransformer(D, 4, seed=b, attend_to_masked=True), "seed", ("a",))
+each("TwoLayerTransformer(num_heads", lambda b: lambda: TwoLayerTransformer(D, 4, num_heads=b, attend_to_masked=True), "num_heads", (0,))
+each("TwoLayerTransformer(num_layers", lambda b: lambda: TwoLayerTransformer(D, 4, num_layers=b, attend_to_masked=True), "num_layers", (-1,))
+add("TwoLayerTransformer(d_model=4, num_heads=3)", lambda: TwoLayerTransformer(D, 4, num_heads=3, attend_to_masked=True), "num_heads")
 for label, call in {"OneLayerTransformer[uniform].forward(float inputs)": lambda: MODEL(DOCS.float() + 0.5),
                     "OneLayerTransformer[learned].forward(inputs with id = D)": lambda: LEARNED(torch.tensor([[0, D]])),
                     "run_with_cache(1-D inputs)": lambda: MODEL.run_with_cache(torch.tensor([0, 1])),
@@ -126,13 +131,13 @@ for label, call in {"OneLayerTransformer[uniform].forward(int selected)": lambda
                         lambda: LEARNED(DOCS, torch.zeros(2, 5, dtype=torch.bool)),
                     "run_with_cache(uint8 selected)": lambda: MODEL.run_with_cache(DOCS, SEL.to(torch.uint8)),
                     "TwoLayerTransformer.forward(list selected)": lambda: TWO(DOCS, SEL.tolist()),
-                    "key_visibility(float selected)": lambda: key_visibility(SEL.float(), False, DOCS.shape),
+                    "key_visibility(float selected)": lambda: key_visibility(SEL.float(), DOCS.shape, attend_to_masked=False),
                     "mlm_loss(selected of shape (4,))": lambda: mlm_loss(LOGITS, DOCS, torch.zeros(4, dtype=torch.bool)),
                     }.items():
     add(label, call, "selected")
-add("key_visibility(attend_to_masked='no')", lambda: key_visibility(SEL, "no", SEL.shape), "attend_to_masked")
+add("key_visibility(attend_to_masked='no')", lambda: key_visibility(SEL, SEL.shape, attend_to_masked="no"), "attend_to_masked")
 for bad in ("W_X", "W_U_fixed"):
-    add(f"freeze({bad!r})", lambda b=bad: OneLayerTransformer(D).freeze(b), repr(bad))
+    add(f"freeze({bad!r})", lambda b=bad: OneLayerTransformer(D, attend_to_masked=True).freeze(b), repr(bad))
 add("freeze('W_U') with a tied head", lambda: TIED.freeze("W_U"), "W_U")
 
 # ---- train ------------------------------------------------------------------------------------------
@@ -155,10 +160,10 @@ each("train(l2", lambda b: train_with(l2=b), "l2", (-1e-3,))
 each("train(seed", lambda b: train_with(seed=b), "seed", (-1,))
 for label, bad in {"[fn]": [lambda m: 0.0]}.items():
     add(f"train(probes={label})", train_with(probes=bad), "probes")   # labels without addresses (xdist)
-add("train(model vocabulary != topic model)", train_with(model=OneLayerTransformer(D + 1)), "num_tokens")
+add("train(model vocabulary != topic model)", train_with(model=OneLayerTransformer(D + 1, attend_to_masked=True)), "num_tokens")
 add("train(model='abc')", train_with(model="abc"), "model")
 add("train(model=torch.nn.Linear)", train_with(model=torch.nn.Linear(2, 2)), "model")
-add("train(everything frozen)", train_with(model=OneLayerTransformer(D).freeze("W_V")), "trainable")
+add("train(everything frozen)", train_with(model=OneLayerTransformer(D, attend_to_masked=True).freeze("W_V")), "trainable")
 add("History.probe('nope')", lambda: History().probe("nope"), "nope")
 each("History.smoothed_loss(window", lambda b: lambda: History(loss=[1.0, 2.0]).smoothed_loss(b), "window", (0,))
 
@@ -178,7 +183,7 @@ for label, bad in {"float inputs": DOCS.float(), "inputs id > V": torch.tensor([
 # ---- utils ------------------------------------------------------------------------------------------
 each("seed_everything(", lambda b: lambda: utils.seed_everything(b, deterministic=False), "seed", (None,))
 each("make_generator(", lambda b: lambda: utils.make_generator(b), "seed", (2**64, 1.5))
-each("setup_notebook(threads", lambda b: lambda: utils.setup_notebook(0, threads=b), "threads", (0,))
+each("setup_notebook(threads", lambda b: lambda: notebook.setup_notebook(0, threads=b), "threads", (0,))
 each("check_positive_int(x", lambda b: lambda: utils.check_positive_int("x_arg", b), "x_arg", (0, True))
 each("check_probability(p", lambda b: lambda: utils.check_probability("p_arg", b), "p_arg", (math.nan, "0.5"))
 add("check_masking(keep 0.9 + random 0.2)", lambda: utils.check_masking(0.1, 0.9, 0.2), "keep_prob")
@@ -201,7 +206,7 @@ def test_the_case_list_covers_every_module():
                 "TwoLayerTransformer", "run_with_cache", "attention_pattern", "key_visibility", "freeze", "mlm_loss",
                 "train", "TorchOptimKernels", "History", "block_means", "relation_masks", "attention_by_relation",
                 "topic_contrasts", "seed_everything", "make_generator", "setup_notebook", "check_positive_int",
-                "check_probability", "check_masking")
+                "check_probability", "check_masking", "Masking")
     for prefix in prefixes:
         assert any(c.label.startswith(prefix) for c in CASES), prefix
 

@@ -1,6 +1,6 @@
 """Tests of :func:`topicmech.theory.weighted_block_gap` (book ch. 4, the authors' stage-1 constant).
 
-The weighted gap ``(alpha + (v - 1) beta) / v - gamma`` of the exact stage-1 optimum tends,
+The weighted gap ``(w_diag + (v - 1) w_same) / v - w_diff`` of the exact stage-1 optimum tends,
 as ``N -> inf``, to ``1 / (v (1 - (1 - p_c) p_m))`` with visible masked keys (the constant the
 authors state) and to ``1 / v`` with hidden masked keys. These tests check the finite-N
 values against the dense optimum, the limits to 1e-6 on parameter sets well beyond the
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from topicmech import theory
+from topicmech.setting import Masking, Setting
 
 # (T, v, tau, p_m, p_c, p_r): the book's settings first, then corners of the parameter space.
 PARAMETER_SETS = [
@@ -29,6 +30,12 @@ PARAMETER_SETS = [
 CONVENTIONS = (True, False)
 
 
+def setting(params: tuple, N: int | float, si: bool) -> Setting:
+    """The Setting of a parameter set (T, v, tau, p_m, p_c, p_r) at length N."""
+    T, v, tau, p_m, p_c, p_r = params
+    return Setting(T, v, tau, N, masking=Masking(p_m, p_c, p_r), attend_to_masked=si)
+
+
 def closed_form_limit(v: int, p_m: float, p_c: float, attend_to_masked: bool) -> float:
     return 1.0 / (v * (1.0 - (1.0 - p_c) * p_m)) if attend_to_masked else 1.0 / v
 
@@ -38,11 +45,11 @@ def closed_form_limit(v: int, p_m: float, p_c: float, attend_to_masked: bool) ->
 def test_finite_n_matches_the_dense_optimum(params, si):
     T, v, tau, p_m, p_c, p_r = params
     for N in (2, 7, 64):
-        W = theory.optimal_value_matrix(T, v, tau, N, p_m, p_c, p_r, attend_to_masked=si)
+        W = theory.optimal_value_matrix(setting(params, N, si))
         means = theory.orbit_means(W, T, v)
         expected = (means.diag + (v - 1) * means.same_topic) / v - means.diff_topic
-        gap = theory.weighted_block_gap(T, v, tau, N, p_m, p_c, p_r, attend_to_masked=si)
-        blocks = theory.value_block_coefficients(T, v, tau, N, p_m, p_c, p_r, attend_to_masked=si)
+        gap = theory.weighted_block_gap(setting(params, N, si))
+        blocks = theory.value_block_coefficients(setting(params, N, si))
         assert abs(gap - expected) < 1e-10
         assert abs(gap - blocks.topic_eigenvalue / v) < 1e-12  # the gap is the topic eigenvalue over v
 
@@ -51,8 +58,8 @@ def test_the_authors_numbers():
     """v = 4, T = 5, tau = 2, p = 0.15/0.1/0.1 with visible keys, to the five digits recorded."""
     expected = {20: 0.27443, 100: 0.28599, 1000: 0.28871, 100_000: 0.28901, math.inf: 0.28902}
     for N, value in expected.items():
-        assert abs(theory.weighted_block_gap(5, 4, 2, N, attend_to_masked=True) - value) < 6e-6
-    assert abs(theory.weighted_block_gap(5, 4, 2, math.inf, attend_to_masked=False) - 0.25) < 1e-15
+        assert abs(theory.weighted_block_gap(Setting(5, 4, 2, N, attend_to_masked=True)) - value) < 6e-6
+    assert abs(theory.weighted_block_gap(Setting(5, 4, 2, math.inf, attend_to_masked=False)) - 0.25) < 1e-15
 
 
 @pytest.mark.parametrize("si", CONVENTIONS)
@@ -60,11 +67,11 @@ def test_the_authors_numbers():
 def test_finite_n_values_tend_to_the_closed_form_limit(params, si):
     """Richardson extrapolation 2 g(2N) - g(N) at N = 10^6 hits the closed form to 1e-6."""
     T, v, tau, p_m, p_c, p_r = params
-    limit = theory.weighted_block_gap(T, v, tau, math.inf, p_m, p_c, p_r, attend_to_masked=si)
+    limit = theory.weighted_block_gap(setting(params, math.inf, si))
     assert limit == pytest.approx(closed_form_limit(v, p_m, p_c, si), abs=1e-15)
 
     def gap(N: int) -> float:
-        return theory.weighted_block_gap(T, v, tau, N, p_m, p_c, p_r, attend_to_masked=si)
+        return theory.weighted_block_gap(setting(params, N, si))
 
     g1, g2 = gap(10**6), gap(2 * 10**6)
     assert abs(2 * g2 - g1 - limit) < 1e-6, (g1, g2, limit)
@@ -79,7 +86,7 @@ def test_finite_n_values_tend_to_the_closed_form_limit(params, si):
 def test_minimum_norm_limit_has_the_same_gap(params, si):
     """At N = inf the minimum-norm optimum has the same weighted gap: the two limits commute here."""
     T, v, tau, p_m, p_c, p_r = params
-    W = theory.optimal_value_matrix(T, v, tau, math.inf, p_m, p_c, p_r, attend_to_masked=si)
+    W = theory.optimal_value_matrix(setting(params, math.inf, si))
     means = theory.orbit_means(W, T, v)
     same = means.same_topic if v > 1 else 0.0
     assert abs((means.diag + (v - 1) * same) / v - means.diff_topic - closed_form_limit(v, p_m, p_c, si)) < 1e-10
@@ -90,13 +97,14 @@ def test_ridge_tends_to_the_minimum_norm_optimum(si):
     """Weight decay: a unique optimum for every l2 > 0, converging to the min-norm one as l2 -> 0."""
     T, v, tau = 5, 4, 2
     for N in (20, math.inf):
-        W_mn = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=si)
-        Sigma, _ = theory.moments(T, v, tau, N, attend_to_masked=si)
+        s = Setting(T, v, tau, N, attend_to_masked=si)
+        W_mn = theory.optimal_value_matrix(s)
+        Sigma, _ = theory.moments(s)
         # Sigma is PSD, so Sigma + l2 I >= l2 I > 0: the ridge objective is strictly convex for every l2 > 0
         assert np.linalg.eigvalsh(Sigma).min() > -1e-14
         distances = []
         for lam in np.logspace(0, -8, 9):
-            W = theory.optimal_value_matrix(T, v, tau, N, attend_to_masked=si, l2=lam)
+            W = theory.optimal_value_matrix(s, l2=lam)
             distances.append(float(np.linalg.norm(W - W_mn)))
         assert all(d2 < d1 for d1, d2 in zip(distances, distances[1:])), distances
         assert distances[-1] < 1e-3 * distances[0]
@@ -104,39 +112,19 @@ def test_ridge_tends_to_the_minimum_norm_optimum(si):
 
 def test_tau_equal_t_is_rejected():
     with pytest.raises(ValueError, match="topics_per_doc"):
-        theory.weighted_block_gap(4, 3, 4, 10, attend_to_masked=True)
+        theory.weighted_block_gap(Setting(4, 3, 4, 10, attend_to_masked=True))
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "name"),
+    ("changes", "name"),
     [
-        (dict(num_topics=2.5), "num_topics"),
-        (dict(num_topics=0), "num_topics"),
-        (dict(words_per_topic=3.0), "words_per_topic"),
-        (dict(topics_per_doc=0), "topics_per_doc"),
-        (dict(topics_per_doc=5), "topics_per_doc"),
-        (dict(topics_per_doc=6), "topics_per_doc"),
-        (dict(doc_len=1), "doc_len"),
-        (dict(doc_len=2.5), "doc_len"),
-        (dict(doc_len=-math.inf), "doc_len"),
-        (dict(mask_prob=1.2), "mask_prob"),
-        (dict(mask_prob=float("nan")), "mask_prob"),
-        (dict(keep_prob=-0.1), "keep_prob"),
-        (dict(random_prob=2.0), "random_prob"),
-        (dict(keep_prob=0.6, random_prob=0.5), "keep_prob"),
-        (dict(mask_prob=1.0, keep_prob=0.0), "mask_prob"),
-        (dict(mask_prob=1.0, attend_to_masked=False), "mask_prob"),
-        (dict(attend_to_masked="yes"), "attend_to_masked"),
+        (dict(mask_prob=1.0, keep_prob=0.0), "mask_prob"),   # no true word visible
+        (dict(topics_per_doc=5), "topics_per_doc"),          # tau = T
     ],
 )
-def test_bad_input_names_the_argument(kwargs, name):
-    base = dict(num_topics=5, words_per_topic=4, topics_per_doc=2, doc_len=20, attend_to_masked=True)
+def test_bad_input_names_the_argument(changes, name):
+    """The gap's own conditions; Setting validates the fields (tests/test_setting.py)."""
     with pytest.raises(ValueError, match=name):
-        theory.weighted_block_gap(**{**base, **kwargs})
-
-
-def test_attend_to_masked_is_keyword_only():
-    with pytest.raises(TypeError):
-        theory.weighted_block_gap(5, 4, 2, 20, 0.15, 0.1, 0.1, True)  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        theory.weighted_block_gap(5, 4, 2, 20)  # type: ignore[call-arg]
+        theory.weighted_block_gap(Setting(5, 4, 2, 20, attend_to_masked=True).replace(**changes))
+    with pytest.raises(ValueError, match="setting"):
+        theory.weighted_block_gap((5, 4, 2, 20))  # type: ignore[arg-type]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .utils import check_float, check_masking, check_positive_int, make_generator
+from .setting import BERT_MASKING, Masking, Setting
+from .utils import check_float, check_positive_int, make_generator
 
-__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "check_docs", "check_topic_model"]
+__all__ = ["TopicModel", "SimplifiedTopicModel", "LDATopicModel", "bert_mask", "corrupt", "check_docs", "check_topic_model",
+           "topic_model_for", "heldout_batch", "HELDOUT_SEED"]
 
 
 class TopicModel:
@@ -166,6 +168,45 @@ def check_topic_model(value: object, name: str = "topic_model") -> TopicModel:
     return value
 
 
+def topic_model_for(setting: Setting, topic_model: TopicModel | None = None) -> TopicModel:
+    """The data of a recipe: ``topic_model`` if given (e.g. LDA), else the setting's simplified model.
+
+    A given ``topic_model`` must have the setting's ``num_topics`` and ``words_per_topic`` (and
+    ``topics_per_doc`` if simplified); for other data the setting's ``topics_per_doc`` is not used.
+    ValueError otherwise.
+    """
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {type(setting).__name__}")
+    if topic_model is None:
+        return SimplifiedTopicModel(setting.num_topics, setting.words_per_topic, setting.topics_per_doc)
+    check_topic_model(topic_model)
+    sizes = (topic_model.num_topics, topic_model.words_per_topic) != (setting.num_topics, setting.words_per_topic)
+    if sizes or (isinstance(topic_model, SimplifiedTopicModel) and topic_model.topics_per_doc != setting.topics_per_doc):
+        raise ValueError(f"topic_model {topic_model!r} does not match the setting {setting!r}")
+    return topic_model
+
+
+#: Default seed of :func:`heldout_batch`, shared by every run that reads attention on it.
+HELDOUT_SEED: int = 12345
+
+
+def heldout_batch(topic_model: TopicModel, num_docs: int, doc_len: int, *, seed: int = HELDOUT_SEED,
+                  masking: Masking | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
+
+    ``masking=None`` (default, as the authors' inspection script) gives clean documents and
+    ``selected=None``; a :class:`~topicmech.setting.Masking` corrupts them with
+    :func:`bert_mask` (seed ``seed + 1``).
+    """
+    check_topic_model(topic_model)
+    docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
+    if masking is None:
+        return docs, None
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking or None, got {masking!r}")
+    return bert_mask(docs, topic_model.vocab_size, masking, seed=seed + 1)
+
+
 def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch.Tensor:
     """Raise ``ValueError`` naming ``name`` unless ``docs`` is a 2-D integer tensor (or array) of ids
     in ``[0, vocab_size)``; return it as a LongTensor."""
@@ -184,27 +225,41 @@ def check_docs(docs: torch.Tensor, vocab_size: int, name: str = "docs") -> torch
     return docs.long()
 
 
-def _corrupt(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, words: torch.Tensor, mask_id: int,
-             p_m: float, p_c: float, p_r: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`bert_mask` from its already-drawn uniforms ``sel_u``, ``branch`` and random ``words``."""
+def corrupt(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, words: torch.Tensor, mask_id: int,
+            p_m: float, p_c: float, p_r: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`bert_mask` from its already-drawn random numbers, without validation.
+
+    ``docs`` (true word ids), the uniforms ``sel_u`` (selection) and ``branch`` (``[MASK]``,
+    random or kept) and the random ``words`` share one shape; ``mask_id`` is ``V``. Returns
+    ``(inputs, selected)`` as :func:`bert_mask` does; the training loops draw the numbers in
+    :func:`bert_mask`'s order and call this.
+    """
     selected = sel_u < p_m
     to_mask = selected & (branch >= p_c + p_r)
     to_random = selected & (branch >= p_c) & (branch < p_c + p_r)
     return torch.where(to_random, words, docs).masked_fill_(to_mask, mask_id), selected
 
 
-def bert_mask(docs: torch.Tensor, vocab_size: int, mask_prob: float = 0.15, keep_prob: float = 0.1,
-              random_prob: float = 0.1, seed: int | torch.Generator = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def bert_mask(docs: torch.Tensor, vocab_size: int, masking: Masking = BERT_MASKING, *,
+              seed: int | torch.Generator = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT corruption: select positions, then show ``[MASK]``, a random word, or the word itself.
 
-    Each position is selected with probability ``p_m = mask_prob``; a selected position shows
-    ``[MASK]`` (id ``V``) with probability ``1 - p_c - p_r``, a uniform random word with
-    probability ``p_r = random_prob`` and its own word with probability ``p_c = keep_prob``.
+    Each position is selected with probability ``p_m = masking.mask_prob``; a selected position
+    shows ``[MASK]`` (id ``V``) with probability ``1 - p_c - p_r``, a uniform random word with
+    probability ``p_r = masking.random_prob`` and its own word with probability
+    ``p_c = masking.keep_prob``.
 
     Parameters
     ----------
     docs : LongTensor, shape (num_docs, N)
         Word ids in ``[0, V)``, with ``V = vocab_size``.
+    vocab_size : int
+        ``V``; ``[MASK]`` is id ``V``.
+    masking : Masking
+        The corruption probabilities (default :data:`~topicmech.setting.BERT_MASKING`, BERT's
+        0.15, 0.1, 0.1), validated when the :class:`~topicmech.setting.Masking` was built.
+    seed : int or torch.Generator, keyword only
+        Seeds the draws: selection uniforms, branch uniforms, random words, in that order.
 
     Returns
     -------
@@ -215,9 +270,11 @@ def bert_mask(docs: torch.Tensor, vocab_size: int, mask_prob: float = 0.15, keep
     """
     vocab_size = check_positive_int("vocab_size", vocab_size)
     docs = check_docs(docs, vocab_size)
-    p_m, p_c, p_r = check_masking(mask_prob, keep_prob, random_prob)
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking, got {masking!r}")
+    p_m, p_c, p_r = masking.mask_prob, masking.keep_prob, masking.random_prob
     gen = make_generator(seed)
     sel_u = torch.rand(docs.shape, generator=gen)                              # (B, N)
     branch = torch.rand(docs.shape, generator=gen)                             # (B, N)
     words = torch.randint(vocab_size, docs.shape, generator=gen)               # (B, N)
-    return _corrupt(docs, sel_u, branch, words, vocab_size, p_m, p_c, p_r)
+    return corrupt(docs, sel_u, branch, words, vocab_size, p_m, p_c, p_r)

@@ -1,4 +1,4 @@
-"""Training dynamics: probes tracked during training, stage timing, and a seeded sweep runner.
+"""Training dynamics: probes tracked during training and stage timing.
 
 Probes plug into ``topicmech.train.train(probes=...)``; attention statistics are multiples
 of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, query]``.
@@ -6,9 +6,8 @@ of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, q
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,34 +16,41 @@ import torch
 from torch import nn
 
 from . import theory
-from .data import SimplifiedTopicModel, TopicModel, bert_mask, check_topic_model
+from .data import (
+    HELDOUT_SEED,
+    SimplifiedTopicModel,
+    TopicModel,
+    bert_mask,
+    check_topic_model,
+    heldout_batch,
+    topic_model_for,
+)
+from .losses import mlm_loss
 from .model import OneLayerTransformer
-from .probes import AttentionByRelation, attention_by_relation, block_means, relation_reader, topic_contrasts
-from .stage1 import SAFE_FRACTION, sigma_range
-from .train import History, mlm_loss
+from .probes import (
+    AttentionByRelation,
+    attention_by_relation,
+    block_means,
+    relation_reader,
+    topic_contrasts,
+)
+from .setting import Setting
+from .traces import closing_step, loglog_slope, reaching_step
+from .train import History
 from .train import train as _train
-from .utils import as_float64, check_positive_int, check_seeds, map_seeded
+from .utils import check_matrix, check_positive_int
 
 __all__ = [
-    "ATTENTION_FIELDS", "value_gap", "heldout_batch", "attention_stats", "standard_probes", "gradient_norms",
-    "GradientScaling", "gradient_scaling", "loglog_slope", "closing_step", "reaching_step", "StageTimes",
-    "stage_times", "growth_rate", "topic_growth_eigenvalue", "predicted_growth_rate", "JointRun", "train_joint",
-    "run_summary", "plot_tracked", "plot_attention", "Sweep", "run_seeds", "run_grid",
+    "value_gap", "attention_stats", "standard_probes", "gradient_norms",
+    "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
+    "run_summary",
 ]
 
-#: Order of the entries of the ``"attention"`` probe (see :class:`topicmech.probes.AttentionByRelation`).
-ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_topic")
-
 _Loss = Literal["squared", "cross_entropy"]
-_Trace = Sequence[float] | np.ndarray
 
 
 def _as_float_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
-    try:
-        x = x if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
-        return torch.as_tensor(x).detach().double().cpu()
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array, got {type(x).__name__}") from None
+    return torch.from_numpy(check_matrix(name, x))
 
 
 def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mask_column: bool = False) -> float:
@@ -67,23 +73,6 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mas
     return float((W - Ws).norm()) / norm
 
 
-def heldout_batch(
-    topic_model: TopicModel, num_docs: int, doc_len: int, *, seed: int = 12345, corrupt: bool = False,
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
-
-    ``corrupt=False`` (default, as the authors' inspection script) gives clean documents and
-    ``selected=None``; ``corrupt=True`` applies :func:`topicmech.data.bert_mask` with
-    ``mask_prob``, ``keep_prob``, ``random_prob``. The default ``seed`` is shared by every run.
-    """
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                         # (n, N)
-    if not corrupt:
-        return docs, None
-    return bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
-
-
 def attention_stats(
     model: nn.Module, inputs: torch.Tensor, topic_of_word: torch.Tensor, selected: torch.Tensor | None = None,
 ) -> AttentionByRelation:
@@ -104,7 +93,7 @@ def standard_probes(
     ``W^V``), ``"kq_norm"`` (``||A||_F``), ``"kq_same_word"``, ``"kq_same_topic"``
     (:func:`topicmech.probes.topic_contrasts` of ``A``), and on the batch ``heldout =
     (inputs, selected)`` (e.g. :func:`heldout_batch`) ``"attention"`` (the
-    :data:`ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
+    :data:`topicmech.probes.ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
     """
     check_topic_model(topic_model)
     if not (isinstance(heldout, tuple) and len(heldout) == 2 and isinstance(heldout[0], torch.Tensor)):
@@ -119,16 +108,18 @@ def standard_probes(
     probes["kq_norm"] = lambda m: float(m.key_query_matrix().norm())
     probes["kq_same_word"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_word"]
     probes["kq_same_topic"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_topic"]
-    cache: dict[str, Any] = {"key": None, "value": None}
+    cache: dict[str, Any] = {"model": None, "params": [], "value": None}
     read = relation_reader(inputs, topic)                                       # the batch's pairs, classified once
 
     def attention(m: nn.Module) -> AttentionByRelation:
-        # one forward pass for both attention probes, redone only when a parameter changed
-        # in place since the last call (torch bumps ._version)
-        key = (id(m), tuple(p._version for p in m.parameters()))
-        if cache["key"] != key:
+        # one forward pass for both attention probes, redone for another model or when a parameter's
+        # values differ from the copies kept at the last pass
+        params = [p.detach() for p in m.parameters()]
+        if cache["model"] is not m or len(params) != len(cache["params"]) \
+                or not all(torch.equal(p, q) for p, q in zip(params, cache["params"])):
             with torch.no_grad():
-                cache["key"], cache["value"] = key, read(m.attention_pattern(inputs, selected))
+                cache["model"], cache["params"] = m, [p.clone() for p in params]
+                cache["value"] = read(m.attention_pattern(inputs, selected))
         return cache["value"]
 
     probes["attention"] = lambda m: np.asarray(attention(m), dtype=float)
@@ -176,93 +167,30 @@ class GradientScaling:
 
 
 def gradient_scaling(
-    init_scales: Sequence[float], topic_model: TopicModel, doc_len: int, *, num_docs: int = 2000,
-    attend_to_masked: bool = False, loss: _Loss = "squared",
-    mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, model_seed: int = 0,
+    init_scales: Sequence[float], setting: Setting, *, topic_model: TopicModel | None = None, num_docs: int = 2000,
+    loss: _Loss = "squared", seed: int = 0, model_seed: int = 0,
 ) -> GradientScaling:
     """``||dL/dW^V||``, ``||dL/dW^K||``, ``||dL/dW^Q||`` at initialisation, for several ``eps``.
 
     Each of the (at least two, positive) ``init_scales`` initialises a learned model with
-    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one corrupted batch
-    of ``num_docs`` documents (``seed``). At small ``eps`` the slopes are near 0 for ``W_V``
+    ``init_scale=eps`` and the same ``model_seed``; gradients are taken on one batch of
+    ``num_docs`` documents (``seed``) corrupted as in ``setting``, whose convention the model uses;
+    the data is ``topic_model`` if given, else the setting's (:func:`topicmech.data.topic_model_for`). At small ``eps`` the slopes are near 0 for ``W_V``
     and near 2 for ``W_K`` and ``W_Q``.
     """
     scales = np.asarray(list(init_scales), dtype=float)
     if scales.ndim != 1 or scales.size < 2 or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
         raise ValueError(f"init_scales must hold at least two positive floats, got {init_scales!r}")
-    check_topic_model(topic_model)
-    docs = topic_model.sample(num_docs, doc_len, seed)                          # (n, N)
-    inputs, selected = bert_mask(docs, topic_model.vocab_size, mask_prob, keep_prob, random_prob, seed + 1)
+    topic_model = topic_model_for(setting, topic_model)
+    docs = topic_model.sample(num_docs, setting.doc_len, seed)                  # (n, N)
+    inputs, selected = bert_mask(docs, topic_model.vocab_size, setting.masking, seed=seed + 1)
     rows = []
     for eps in scales:
         model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
-                                    init_scale=float(eps), attend_to_masked=attend_to_masked, seed=model_seed)
+                                    init_scale=float(eps), attend_to_masked=setting.attend_to_masked, seed=model_seed)
         rows.append(gradient_norms(model, inputs, selected, docs, loss=loss))
     norms = {k: np.array([r[k] for r in rows]) for k in ("W_V", "W_K", "W_Q")}
     return GradientScaling(scales, norms, {k: loglog_slope(scales, v) for k, v in norms.items()})
-
-
-def loglog_slope(x: _Trace, y: _Trace) -> float:
-    """Least-squares slope ``p`` of ``log y`` against ``log x`` (``y ~ x^p``), for positive 1-D ``x``, ``y``."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if xs.shape != ys.shape or xs.ndim != 1 or xs.size < 2:
-        raise ValueError(f"x and y must be 1-D of the same length >= 2, got shapes {xs.shape} and {ys.shape}")
-    if np.any(xs <= 0) or np.any(ys <= 0):
-        raise ValueError("x and y must be positive for a log-log slope")
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-def _trace(steps: _Trace, values: _Trace, fraction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    s, v = np.asarray(steps), np.asarray(values, dtype=float)
-    if s.ndim != 1 or v.ndim != 1 or s.shape != v.shape or s.size == 0:
-        raise ValueError(f"steps and values must be 1-D, non-empty, of the same length, got {s.shape}, {v.shape}")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("values must be finite")
-    if fraction is not None and not (0.0 < float(fraction) <= 1.0):
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-    return s, v
-
-
-def closing_step(steps: _Trace, values: _Trace, fraction: float = 0.9, target: float | None = None) -> int:
-    """First step at which a shrinking trace (e.g. ``"value_gap"``) has closed ``fraction`` of its gap to ``target``.
-
-    The threshold is ``target + (1 - fraction) * (values[0] - target)``, ``0 < fraction <= 1``
-    (``steps[0]`` if the trace starts at or below it). ``target`` defaults to ``min(values)``, the
-    plateau actually reached (under SGD noise the gap never reaches 0); the minimum makes the
-    step conservative (late).
-    """
-    s, v = _trace(steps, values, fraction)
-    f = float(fraction)
-    t = float(v.min()) if target is None else float(target)
-    hit = np.nonzero(v <= t + (1.0 - f) * (v[0] - t))[0]
-    if hit.size == 0:
-        raise ValueError(f"the trace never closes {f:.0%} of its gap to target={t!r}")
-    return int(s[hit[0]])
-
-
-def reaching_step(
-    steps: _Trace, values: _Trace, fraction: float = 0.1, reference: Literal["final", "max"] | float = "final",
-) -> int | None:
-    """First step at which a growing trace (e.g. ``"attn_contrast"``) has covered ``fraction`` of its rise.
-
-    The threshold is ``values[0] + fraction * (ref - values[0])``, ``0 < fraction <= 1``, with
-    ``ref`` given by ``reference``: ``"final"``, the last value (a run stopped before
-    saturation gives an earlier step), ``"max"``, the largest value, or a float. None when the
-    trace never rises above its start.
-    """
-    s, v = _trace(steps, values, fraction)
-    if reference == "final":
-        ref = float(v[-1])
-    elif reference == "max":
-        ref = float(v.max())
-    elif isinstance(reference, (int, float)) and not isinstance(reference, bool):
-        ref = float(reference)
-    else:
-        raise ValueError(f"reference must be 'final', 'max' or a float, got {reference!r}")
-    if not ref > v[0]:
-        return None
-    hit = np.nonzero(v >= v[0] + float(fraction) * (ref - v[0]))[0]
-    return int(s[hit[0]]) if hit.size else None
 
 
 @dataclass(frozen=True)
@@ -293,7 +221,8 @@ def stage_times(
 ) -> StageTimes:
     """Stage times of a run tracked with :func:`standard_probes`.
 
-    :func:`closing_step` of ``value_probe`` at ``value_fraction`` and :func:`reaching_step` of
+    :func:`topicmech.traces.closing_step` of ``value_probe`` at ``value_fraction`` and
+    :func:`topicmech.traces.reaching_step` of
     ``attention_probe`` at ``attention_fraction`` with ``reference``.
     """
     if not isinstance(history, History):
@@ -302,59 +231,6 @@ def stage_times(
     return StageTimes(closing_step(steps, history.probe(value_probe), value_fraction),
                       reaching_step(steps, history.probe(attention_probe), attention_fraction, reference),
                       value_fraction, attention_fraction)
-
-
-def growth_rate(steps: _Trace, values: _Trace, low: float, high: float) -> float:
-    """Growth rate per step: slope of ``log(values)`` over the first window where ``low <= values <= high``.
-
-    The window runs from the first value ``>= low`` (``0 < low < high``) to the last ``<= high`` after it.
-    """
-    s, v = _trace(steps, values)
-    if not (0 < low < high):
-        raise ValueError(f"need 0 < low < high, got low={low!r}, high={high!r}")
-    start = np.nonzero(v >= low)[0]
-    if start.size == 0:
-        raise ValueError(f"the trace never reaches low={low!r}")
-    i0 = int(start[0])
-    above = np.nonzero(v[i0:] > high)[0]
-    i1 = i0 + (int(above[0]) if above.size else v.size - i0)
-    if i1 - i0 < 2:
-        raise ValueError(f"fewer than two points between low={low!r} and high={high!r}")
-    return float(np.polyfit(s[i0:i1].astype(float), np.log(v[i0:i1]), 1)[0])
-
-
-def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.Tensor | np.ndarray) -> float:
-    """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G = dL/dA`` over the symmetry orbits.
-
-    With the orbit means ``G_diag``, ``G_same``, ``G_diff`` (:func:`topicmech.probes.block_means`
-    of ``G[key, query]``), ``G`` acts on vectors constant within topics and summing to zero as
-    ``(G_diag - G_same) + v (G_same - G_diff)``; the result is minus that, positive when gradient
-    descent raises same-topic scores. Averaging first removes most Monte-Carlo noise.
-    """
-    m = block_means(G, topic_of_word)
-    counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
-    if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
-        raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
-    return -((m.diag - m.same_topic) + int(counts[0]) * (m.same_topic - m.diff_topic))
-
-
-def predicted_growth_rate(
-    G: np.ndarray | torch.Tensor, lr: float, d_model: int, topic_of_word: torch.Tensor | np.ndarray | None = None,
-) -> float:
-    """Stage-2 growth rate ``2 lr sigma / sqrt(d)`` per step of ``A = W_K^T W_Q / sqrt(d)`` under plain SGD.
-
-    ``G = dL/dA`` at uniform attention (e.g. :func:`topicmech.theory.key_query_gradient`);
-    ``sigma`` is :func:`topic_growth_eigenvalue` with ``topic_of_word``, else the top singular
-    value of ``-G``. ``W_K``, ``W_Q`` grow like ``exp(lr sigma t / sqrt(d))``, their product twice as fast.
-    """
-    g = as_float64(G)
-    if g.ndim != 2 or g.shape[0] != g.shape[1]:
-        raise ValueError(f"G must be a square matrix, got shape {g.shape}")
-    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
-    d = check_positive_int("d_model", d_model)
-    sigma = float(np.linalg.norm(g, 2)) if topic_of_word is None else topic_growth_eigenvalue(g, topic_of_word)
-    return 2.0 * float(lr) * sigma / math.sqrt(d)
 
 
 @dataclass
@@ -382,46 +258,44 @@ class JointRun:
 
 
 def train_joint(
-    topic_model: TopicModel, doc_len: int, *, steps: int, optimizer: Literal["sgd", "adam"] = "sgd",
-    lr: float | None = None, init_scale: float = 0.1, attend_to_masked: bool = False, batch_size: int = 128,
-    loss: _Loss = "squared", mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    seed: int = 0, probe_every: int = 20, num_heldout: int = 128, heldout_seed: int = 12345,
-    W_star: np.ndarray | None = None,
+    setting: Setting, *, topic_model: TopicModel | None = None, steps: int,
+    optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None, init_scale: float = 0.1,
+    batch_size: int = 128, loss: _Loss = "squared", seed: int = 0, probe_every: int = 20, num_heldout: int = 128,
+    heldout_seed: int = HELDOUT_SEED, W_star: np.ndarray | None = None,
 ) -> JointRun:
     """Train ``W^V``, ``W^K`` and ``W^Q`` together from a small initialisation, tracking the two stages.
 
     A one-hot, identity-head :class:`topicmech.model.OneLayerTransformer` with learned attention
     and value (entries of standard deviation ``init_scale``) is trained by
-    :func:`topicmech.train.train` on fresh documents, seeded by ``seed`` like the
-    initialisation, with :func:`standard_probes` read every ``probe_every`` steps on a clean
-    :func:`heldout_batch` of ``num_heldout`` documents.
+    :func:`topicmech.train.train` on fresh documents of ``setting`` (data: ``topic_model`` if
+    given, else the setting's simplified model), seeded by ``seed`` like the initialisation, with
+    :func:`standard_probes` read every ``probe_every`` steps on a clean
+    :func:`topicmech.data.heldout_batch` of ``num_heldout`` documents.
 
-    Default ``lr``: Adam 1e-2; SGD ``0.5 / lambda_max`` (squared) or ``2 / lambda_max``
-    (cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
-    (:func:`topicmech.stage1.sigma_range`; simplified or LDA data only). Default ``W_star``:
+    Default ``lr``: Adam 1e-2; SGD :func:`topicmech.theory.stage1_sgd_lr` (``0.5 / lambda_max``
+    squared, ``2 / lambda_max`` cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
+    (:func:`topicmech.theory.sigma_range`; simplified or LDA data only). Default ``W_star``:
     :func:`topicmech.theory.optimal_value_matrix` for a
     :class:`topicmech.data.SimplifiedTopicModel`, else none (no ``"value_gap"``, no stage times).
     """
-    check_topic_model(topic_model)
-    doc_len = check_positive_int("doc_len", doc_len)
-    masking = dict(mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
+    topic_model = topic_model_for(setting, topic_model)
+    doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
     if lr is None and optimizer == "adam":
         lr = 1e-2
     elif lr is None:
-        lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, needs="lr", **masking)[1]
-        lr = SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+        lam_max = theory.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
+        lr = theory.stage1_sgd_lr(lam_max, loss=loss)
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
-        W_star = theory.optimal_value_matrix(topic_model.num_topics, topic_model.words_per_topic,
-                                             topic_model.topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                                             attend_to_masked=attend_to_masked)
+        W_star = theory.optimal_value_matrix(setting)
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))
     config = dict(doc_len=doc_len, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
-                  attend_to_masked=attend_to_masked, batch_size=batch_size, loss=loss, **masking, seed=seed,
-                  probe_every=probe_every)
+                  attend_to_masked=attend_to_masked, batch_size=batch_size, loss=loss,
+                  **setting.masking.as_dict(), seed=seed, probe_every=probe_every)
     history = _train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                     optimizer=optimizer, lr=lr, seed=seed, probes=probes, probe_every=probe_every, **masking)
+                     optimizer=optimizer, lr=lr, seed=seed, probes=probes, probe_every=probe_every,
+                     masking=setting.masking)
     times = stage_times(history) if W_star is not None else None
     return JointRun(model, history, None if W_star is None else np.asarray(W_star), times, config)
 
@@ -455,191 +329,3 @@ def run_summary(run: JointRun, *, plateau_window: int = 500, final_window: int =
         "plateau_gap": float(gap.min()),
         "final_gap": float(gap[-1]),
     }
-
-
-def _shade(ax: Any, times: StageTimes, end: float) -> None:
-    ax.axvspan(0, times.value_step, color="C0", alpha=0.12, lw=0)
-    if times.attention_step is not None:
-        ax.axvspan(times.attention_step, end, color="C1", alpha=0.12, lw=0)
-
-
-def plot_tracked(
-    run: JointRun, *, axes: Sequence[Any] | None = None, loss_reference: float | None = None,
-    loss_window: int = 50, title: str | None = None, shade: bool = True, legend: bool = True,
-    step_scale: Literal["linear", "sqrt", "log"] = "linear",
-) -> Any:
-    """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss; returns the figure.
-
-    Draws into ``axes`` (4 Axes) or a new figure; ``shade`` shades the two stages;
-    ``loss_reference`` adds a line to the loss panel (smoothed over ``loss_window`` steps);
-    ``step_scale="sqrt"`` or ``"log"`` (linear below step 10) keeps a short stage 1 visible.
-    """
-    import matplotlib.pyplot as plt
-
-    if step_scale not in ("linear", "sqrt", "log"):
-        raise ValueError(f"step_scale must be 'linear', 'sqrt' or 'log', got {step_scale!r}")
-    if axes is None:
-        fig, axes = plt.subplots(4, 1, figsize=(6.4, 7.4), sharex=True)
-    elif len(axes) != 4:
-        raise ValueError(f"axes must hold 4 Axes, got {len(axes)}")
-    else:
-        fig = axes[0].figure
-    h, s, times = run.history, run.steps, run.times
-    ax_v, ax_a, ax_att, ax_l = axes
-    if "value_gap" in h.probes:
-        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
-    ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
-    ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
-    contrast = run.probe("kq_same_topic").astype(float)
-    ax_a.semilogy(s, np.where(contrast > 0, contrast, np.nan), color="C2", label="same-topic score contrast")
-    ax_a.set_ylabel("key-query")
-    plot_attention(run, ax_att, shade=False, legend=False)
-    ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
-    if loss_reference is not None:
-        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^\star$, uniform attention")
-    ax_l.set(ylabel="loss", xlabel="step")
-    if shade and times is not None:
-        for ax in axes:
-            _shade(ax, times, float(s[-1]))
-        ymax = ax_v.get_ylim()[1]
-        for step, name, colour in ((times.value_step, "1", "C0"), (times.attention_step, "2", "C1")):
-            if step is not None:
-                ax_v.text(step, 0.92 * ymax, f" stage {name}", ha="left", va="top", fontsize=8, color=colour)
-    if step_scale == "log":
-        ax_l.set_xscale("symlog", linthresh=10)
-    elif step_scale == "sqrt":
-        ax_l.set_xscale("function", functions=(np.sqrt, np.square))
-        ax_l.set_xticks([t for t in (0, 20, 100, 250, 500, 1000, 2000, 4000, 8000, 16000) if t <= s[-1]])
-    ax_l.set_xlim(0, float(s[-1]))
-    if legend:
-        for ax in axes:
-            ax.legend(fontsize=7, loc="best")
-    if title:
-        ax_v.set_title(title)
-    return fig
-
-
-def plot_attention(
-    run: JointRun, ax: Any | None = None, *, fields: Sequence[str] = ATTENTION_FIELDS, shade: bool = True,
-    legend: bool = True, title: str | None = None,
-) -> Any:
-    """Average attention by relation over training (the ``"attention"`` probe) in one panel; returns the Axes.
-
-    ``fields``: which of :data:`ATTENTION_FIELDS` to draw; ``shade``: the stages, as in
-    :func:`plot_tracked`.
-    """
-    import matplotlib.pyplot as plt
-
-    unknown = [f for f in fields if f not in ATTENTION_FIELDS]
-    if unknown:
-        raise ValueError(f"fields must be among {ATTENTION_FIELDS}, got {unknown!r}")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.0, 3.0))
-    s, att = run.steps, run.probe("attention")
-    style = {"self": ("C4", ":"), "same_word": ("C3", "--"), "same_topic": ("C2", "-"), "diff_topic": ("C7", "-")}
-    for name in fields:
-        colour, ls = style[name]
-        ax.plot(s, att[:, ATTENTION_FIELDS.index(name)], color=colour, ls=ls, label=name.replace("_", " "))
-    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5)
-    ax.set_ylabel("attention / uniform")
-    if shade and run.times is not None:
-        _shade(ax, run.times, float(s[-1]))
-    if legend:
-        ax.legend(fontsize=7, loc="best")
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-@dataclass
-class Sweep:
-    """Results of :func:`run_seeds` or :func:`run_grid`.
-
-    ``records`` holds one dict per call: its parameters (``"seed"`` and any grid keys) and,
-    under ``"result"``, what the function returned (:func:`topicmech.sweeps.tidy` makes rows).
-    """
-
-    records: list[dict[str, Any]]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    @property
-    def seeds(self) -> list[int]:
-        """The seed of each record."""
-        return [r["seed"] for r in self.records]
-
-    @property
-    def results(self) -> list[Any]:
-        """What the function returned, one entry per record."""
-        return [r["result"] for r in self.records]
-
-    def select(self, **where: Any) -> Sweep:
-        """The records whose parameters equal ``where`` (e.g. ``sweep.select(doc_len=20)``)."""
-        for k in [k for k in where if self.records and k not in self.records[0]]:
-            raise ValueError(f"no parameter {k!r}; parameters: {sorted(set(self.records[0]) - {'result'})}")
-        return Sweep([r for r in self.records if all(r[k] == v for k, v in where.items())])
-
-    def values(self, key: str | Callable[[Any], Any] | None = None, **where: Any) -> np.ndarray:
-        """Stack ``result[key]`` (mappings), ``result.key``, ``key(result)`` (callable) or the result (None).
-
-        Only records matching ``where`` (as in :meth:`select`) count.
-        """
-
-        def get(res: Any) -> Any:
-            if key is None or callable(key):
-                return res if key is None else key(res)
-            if isinstance(res, Mapping):
-                if key not in res:
-                    raise ValueError(f"no entry {key!r} in the results; entries: {sorted(res)}")
-                return res[key]
-            if not hasattr(res, key):
-                raise ValueError(f"result of type {type(res).__name__} has no attribute {key!r}")
-            return getattr(res, key)
-
-        out = [get(res) for res in self.select(**where).results]
-        return np.asarray(out, dtype=float) if all(np.isscalar(o) for o in out) else np.asarray(out)
-
-
-def _sweep(fn: Callable[..., Any], grid: Mapping[str, list], seeds: Iterable[int] | int, reseed: bool,
-           n_jobs: int | None) -> Sweep:
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
-    seed_list = check_seeds(seeds)
-    tasks = [(seed, dict(zip(grid, combo))) for combo in itertools.product(*grid.values()) for seed in seed_list]
-    results = map_seeded(fn, tasks, reseed, n_jobs=n_jobs)
-    return Sweep([{"seed": seed, **params, "result": res} for (seed, params), res in zip(tasks, results)])
-
-
-def run_seeds(fn: Callable[[int], Any], seeds: Iterable[int] | int, *, reseed: bool = True,
-              n_jobs: int | None = None) -> Sweep:
-    """Call ``fn(seed)`` once per seed; records ``{"seed": seed, "result": fn(seed)}`` in order.
-
-    ``fn`` should pass ``seed`` to every random call; ``seeds``: distinct non-negative ints,
-    or ``n`` for ``range(n)``; ``reseed`` also calls :func:`topicmech.utils.seed_everything`
-    before each call; ``n_jobs`` processes run the calls (:func:`topicmech.utils.parallel_map`).
-    """
-    return _sweep(fn, {}, seeds, reseed, n_jobs)
-
-
-def run_grid(
-    fn: Callable[..., Any], grid: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int = 1, *, reseed: bool = True,
-    n_jobs: int | None = None,
-) -> Sweep:
-    """Call ``fn(seed=seed, **params)`` for every combination of ``grid`` and every seed.
-
-    ``grid`` maps names to values, swept in the order given with seeds innermost; ``seeds``,
-    ``reseed`` and ``n_jobs`` as in :func:`run_seeds` (default: seed 0). Records: ``{"seed", **params, "result"}``.
-
-    Examples
-    --------
-    >>> sweep = run_grid(lambda seed, n: {"y": n * 10 + seed}, {"n": [1, 2]}, seeds=2)
-    >>> sweep.values("y", n=2)
-    array([20., 21.])
-    """
-    if not isinstance(grid, Mapping) or not grid:
-        raise ValueError(f"grid must be a non-empty mapping of parameter names to values, got {grid!r}")
-    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in grid.items()}
-    for k in [k for k, v in axes.items() if k in ("seed", "result") or not v]:
-        raise ValueError(f"grid[{k!r}] = {grid[k]!r}: need a non-empty sequence and a key other than 'seed', 'result'")
-    return _sweep(fn, axes, seeds, reseed, n_jobs)

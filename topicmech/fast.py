@@ -26,13 +26,15 @@ from torch import nn
 from torch.optim.adam import adam as _adam_kernel  # torch.optim's functional kernels
 from torch.optim.sgd import sgd as _sgd_kernel
 
-from .data import TopicModel, _corrupt, check_topic_model
-from .model import OneLayerTransformer, _token_counts, key_visibility
-from .train import _LOSSES, History, LossKind
+from .data import TopicModel, check_topic_model, corrupt
+from .losses import LOSS_KINDS, LossKind
+from .model import OneLayerTransformer, key_visibility, token_counts
+from .setting import Masking
 from .utils import check_choice, check_positive_int, make_generator
 
-__all__ = ["TorchOptimKernels", "fast_path", "selected_loss", "token_scores", "train_uniform", "uniform_loss",
-           "chunk_statistics", "sample_variable_length", "pad_documents"]
+__all__ = ["TorchOptimKernels", "fast_path", "selected_loss", "token_scores", "uniform_loss", "logits_from_xbar",
+           "chunk_statistics", "uniform_batches", "is_value_only", "value_step", "check_lengths",
+           "sample_variable_length", "pad_documents"]
 
 _CHUNK_BUDGET = 1 << 18  # elements per (steps, batch, N) buffer of a chunk: 2 MB as int64
 
@@ -86,7 +88,9 @@ def sample_variable_length(topic_model: TopicModel, num_docs: int, min_len: int,
     return docs, lengths
 
 
-def _check_lengths(lengths: object, num_docs: int, max_len: int) -> torch.Tensor:
+def check_lengths(lengths: object, num_docs: int, max_len: int) -> torch.Tensor:
+    """Raise ``ValueError`` unless ``lengths`` holds ``num_docs`` integer document lengths in
+    ``[1, max_len]``; return it as a LongTensor of shape ``(num_docs,)``."""
     try:
         t = lengths if isinstance(lengths, torch.Tensor) else torch.as_tensor(np.asarray(lengths))
         ok = tuple(t.shape) == (num_docs,) and not (t.dtype.is_floating_point or t.dtype.is_complex
@@ -100,7 +104,7 @@ def _check_lengths(lengths: object, num_docs: int, max_len: int) -> torch.Tensor
 
 
 def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tensor, random_words: torch.Tensor, *,
-                     num_tokens: int, mask_prob: float, keep_prob: float, random_prob: float, attend_to_masked: bool,
+                     num_tokens: int, masking: Masking, attend_to_masked: bool,
                      lengths: torch.Tensor | None = None,
                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``xbar``, ``Y`` and ``n`` for a stack of batches, from :func:`~topicmech.data.bert_mask`'s raw draws.
@@ -111,6 +115,8 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
         True word ids; uniform random words.
     sel_u, branch : Tensor, shape (..., N)
         Uniform draws in [0, 1) (selection; ``[MASK]``, random or kept).
+    masking : Masking
+        The corruption probabilities (not validated again).
     lengths : LongTensor, shape (...), optional
         Real document lengths; later positions are padding.
     dtype : torch.dtype, optional
@@ -124,7 +130,8 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
         Number of selected positions.
     """
     lead, N = docs.shape[:-1], docs.shape[-1]
-    inputs, selected = _corrupt(docs, sel_u, branch, random_words, num_tokens - 1, mask_prob, keep_prob, random_prob)
+    inputs, selected = corrupt(docs, sel_u, branch, random_words, num_tokens - 1, masking.mask_prob, masking.keep_prob,
+                               masking.random_prob)
     if lengths is not None:
         valid = torch.arange(N, device=docs.device) < lengths[..., None]           # (..., N)
         selected &= valid
@@ -133,13 +140,13 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
         visible = ~selected if not attend_to_masked else torch.ones_like(selected)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     vis = visible.to(dtype).reshape(-1, N)                                         # (M, N)
-    xbar = _token_counts(inputs.reshape(-1, N), vis, num_tokens) / vis.sum(1, keepdim=True).clamp_min(1.0)
+    xbar = token_counts(inputs.reshape(-1, N), vis, num_tokens) / vis.sum(1, keepdim=True).clamp_min(1.0)
     sel = selected.to(dtype).reshape(-1, N)                                        # (M, N)
-    Y = _token_counts(docs.reshape(-1, N), sel, num_tokens)                        # (M, D)
+    Y = token_counts(docs.reshape(-1, N), sel, num_tokens)                        # (M, D)
     return xbar.reshape(*lead, num_tokens), Y.reshape(*lead, num_tokens), sel.sum(1).reshape(lead)
 
 
-def _logits_from_xbar(model: nn.Module, xbar: torch.Tensor) -> torch.Tensor:
+def logits_from_xbar(model: nn.Module, xbar: torch.Tensor) -> torch.Tensor:
     """``z = W_U W_V W_E xbar (+ b_pred)`` on row vectors, skipping fixed identity factors (exact)."""
     h = xbar if model.embedding == "one_hot" else xbar @ model.W_E.T                # (B, d)
     out = h if model.value == "identity" else h @ model.W_V.T                      # (B, d)
@@ -209,8 +216,6 @@ class TorchOptimKernels:
         _adam_kernel(params, grads, [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [],
                      [self.steps[i] for i in live], foreach=False, fused=self.fused, amsgrad=False, beta1=0.9,
                      beta2=0.999, lr=self.lr, weight_decay=0.0, eps=1e-8, maximize=False)
-        # the fused kernel does not bump version counters; caches keyed on p._version need it
-        torch.autograd.graph.increment_version(params)
 
 
 def token_scores(model: OneLayerTransformer) -> torch.Tensor:
@@ -223,7 +228,7 @@ def token_scores(model: OneLayerTransformer) -> torch.Tensor:
 
 
 def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor,
-                  kind: LossKind = "squared", *, valid: torch.Tensor | None = None) -> torch.Tensor:
+                  kind: LossKind = "squared", *, valid: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
     """``mlm_loss(model(inputs, selected), targets, selected, kind)``, computed at the selected queries only.
 
     Equal up to rounding, with the same gradients. A query showing token ``t`` in document
@@ -239,35 +244,35 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
     selected : BoolTensor, shape (B, N)
     valid : BoolTensor, shape (B, N), optional
         Real (not padding) positions.
+    check : bool
+        Validate the arguments; the training loop, which builds them, passes False.
 
     Returns
     -------
     loss : scalar Tensor
         Mean over selected positions (0, with zero gradients, if none).
     """
-    check_choice("kind", kind, _LOSSES)
-    if not isinstance(model, OneLayerTransformer):
-        raise ValueError(f"model must be a OneLayerTransformer, got {type(model).__name__}")
-    shape = tuple(getattr(inputs, "shape", ()))
-    for name, t, is_bool in (("inputs", inputs, False), ("targets", targets, False), ("selected", selected, True),
-                             ("valid", valid, True)):
-        if t is not None and (not isinstance(t, torch.Tensor) or len(shape) != 2 or tuple(t.shape) != shape
-                              or (t.dtype == torch.bool) != is_bool or t.dtype.is_floating_point or t.dtype.is_complex):
-            raise ValueError(f"{name} must be a {'Bool' if is_bool else 'Long'}Tensor of shape (batch, N) "
-                             f"{shape}, got {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-    return _selected_loss(model, inputs.long(), targets, selected, kind, valid)
-
-
-def _selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor,
-                   kind: LossKind, valid: torch.Tensor | None) -> torch.Tensor:
+    if check:
+        check_choice("kind", kind, LOSS_KINDS)
+        if not isinstance(model, OneLayerTransformer):
+            raise ValueError(f"model must be a OneLayerTransformer, got {type(model).__name__}")
+        shape = tuple(getattr(inputs, "shape", ()))
+        for name, t, is_bool in (("inputs", inputs, False), ("targets", targets, False), ("selected", selected, True),
+                                 ("valid", valid, True)):
+            if t is not None and (not isinstance(t, torch.Tensor) or len(shape) != 2 or tuple(t.shape) != shape
+                                  or (t.dtype == torch.bool) != is_bool or t.dtype.is_floating_point
+                                  or t.dtype.is_complex):
+                raise ValueError(f"{name} must be a {'Bool' if is_bool else 'Long'}Tensor of shape (batch, N) "
+                                 f"{shape}, got {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+        inputs = inputs.long()
     D = model.num_tokens
     if valid is not None:
         selected = selected & valid
-    visible = key_visibility(selected, model.attend_to_masked, inputs.shape)       # (B, N)
+    visible = key_visibility(selected, inputs.shape, attend_to_masked=model.attend_to_masked)       # (B, N)
     if valid is not None:
         visible = visible & valid
     dtype = model.W_E.dtype
-    counts = _token_counts(inputs, visible.to(dtype), D)                           # (B, D) visible key tokens
+    counts = token_counts(inputs, visible.to(dtype), D)                           # (B, D) visible key tokens
     # one row per distinct (document, query token) among the selected positions
     pos = selected.nonzero()                                                       # (n, 2)
     q_tok = inputs[pos[:, 0], pos[:, 1]]                                           # (n,)
@@ -286,7 +291,7 @@ def _selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: to
     else:  # a document without visible keys: its queries attend to nothing (output 0), as in the model
         has_key = any_key.index_select(0, doc)[:, None]                            # (R, 1)
         pattern = torch.softmax(scores.masked_fill(~has_key, 0.0), dim=1) * has_key
-    z = _logits_from_xbar(model, pattern)                                          # (R, D)
+    z = logits_from_xbar(model, pattern)                                          # (R, D)
     n_total = float(pos.shape[0])
     if kind == "cross_entropy" and n_total > 0:  # rows of Y sum to n: one fused log-softmax
         return -(Y * torch.log_softmax(z, dim=1)).sum() / n_total
@@ -296,21 +301,21 @@ def _selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: to
 def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
     """The fast path :func:`topicmech.train.train` takes for ``model``: ``"uniform"`` or ``"learned"``
     for a :class:`~topicmech.model.OneLayerTransformer` by its attention, None for any other model
-    (a subclass, or one with forward hooks or a replaced ``forward``)."""
-    if type(model) is not OneLayerTransformer or "forward" in vars(model):
-        return None
-    if model._forward_hooks or model._forward_pre_hooks:
+    (a subclass, one with a replaced ``forward``, or one that has had forward hooks: see
+    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`)."""
+    if type(model) is not OneLayerTransformer or "forward" in vars(model) or model.forward_hooked:
         return None
     return "uniform" if model.attention == "uniform" else "learned"
 
 
-def _value_only(model: nn.Module, params: list[torch.Tensor]) -> bool:
-    """``W_V`` is the only trained matrix and ``z = xbar W_V^T`` (closed-form gradient)."""
+def is_value_only(model: nn.Module, params: list[torch.Tensor]) -> bool:
+    """Whether ``params`` (the trained tensors of a uniform-attention ``model``) are ``W_V`` alone with
+    ``z = xbar W_V^T`` (one-hot embeddings, identity head, no bias), so :func:`value_step` applies."""
     return (model.embedding == "one_hot" and model.head == "identity" and model.value == "learned"
             and model.b_pred is None and len(params) == 1 and params[0] is model.W_V)
 
 
-def _value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, n_total: float,
+def value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, n_total: float,
                 kind: str, l2: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Loss, loss + L2 and gradient for ``z = xbar W_V^T`` without autograd: ``dL/dz_b`` is
     ``(n_b softmax(z_b) - Y_b) / n_total`` or ``2 (n_b z_b - Y_b) / n_total``, ``dL/dW_V = (dL/dz)^T xbar``."""
@@ -331,12 +336,13 @@ def _value_step(W_V: torch.Tensor, xbar: torch.Tensor, Y: torch.Tensor, n: torch
     return value, value, grad
 
 
-def _uniform_batches(model: OneLayerTransformer, data: TopicModel | torch.Tensor, steps: int, batch_size: int,
-                     doc_len: int, lengths: torch.Tensor | None, masking: tuple[float, float, float],
+def uniform_batches(model: OneLayerTransformer, data: TopicModel | torch.Tensor, steps: int, batch_size: int,
+                     doc_len: int, lengths: torch.Tensor | None, masking: Masking,
                      gen: torch.Generator, dtype: torch.dtype,
                      device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]]:
-    """``(xbar, Y, n, n_total)`` of each step: the reference loop's draws (documents, then
-    ``bert_mask``'s three), taken ``K`` steps at a time and turned into :func:`chunk_statistics`."""
+    """``(xbar, Y, n, n_total)`` of each of ``steps`` steps for a uniform-attention ``model``: the reference
+    loop's draws from ``gen`` (documents, then ``bert_mask``'s three; with ``masking``),
+    taken ``K`` steps at a time and turned into :func:`chunk_statistics` of ``dtype`` on ``device``."""
     D, B, N = model.num_tokens, batch_size, doc_len
     from_model = isinstance(data, TopicModel)
     K = max(1, min(steps, _CHUNK_BUDGET // (B * max(N, D))))                       # steps per chunk
@@ -356,22 +362,11 @@ def _uniform_batches(model: OneLayerTransformer, data: TopicModel | torch.Tensor
         if not from_model:
             torch.index_select(data, 0, idx[:k_now].reshape(-1), out=docs_c[:k_now].view(-1, N))
         xbar, Y, n = chunk_statistics(
-            docs_c[:k_now], sel_u[:k_now], branch[:k_now], words[:k_now], num_tokens=D, mask_prob=masking[0],
-            keep_prob=masking[1], random_prob=masking[2], attend_to_masked=model.attend_to_masked,
+            docs_c[:k_now], sel_u[:k_now], branch[:k_now], words[:k_now], num_tokens=D, masking=masking,
+            attend_to_masked=model.attend_to_masked,
             lengths=None if lengths is None else lengths[idx[:k_now]], dtype=dtype)
         n_total = n.sum(1).tolist()                                                 # (k_now,) floats
         xbar, Y, n = (t.to(device=device, non_blocking=True) for t in (xbar, Y, n))
         for k in range(k_now):
             yield xbar[k], Y[k], n[k], n_total[k]
 
-
-def train_uniform(model: nn.Module, data: TopicModel | torch.Tensor, **kwargs: object) -> History:
-    """:func:`topicmech.train.train` with ``path="fast"`` for a uniform-attention
-    :class:`~topicmech.model.OneLayerTransformer` (``ValueError`` for any other model); same
-    keyword arguments and result."""
-    if fast_path(model) != "uniform":
-        raise ValueError("model must be a OneLayerTransformer with attention='uniform' and no forward hooks "
-                         f"(use topicmech.train.train otherwise), got {type(model).__name__}")
-    from .train import train
-
-    return train(model, data, path="fast", **kwargs)

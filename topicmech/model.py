@@ -1,22 +1,26 @@
-"""The paper's one-layer, one-head transformer, with a switch for every setting, and a small
-two-layer encoder.
+"""The paper's one-layer, one-head transformer, with a switch for every setting, and an
+attention-only encoder of ``num_layers`` multi-head layers (:class:`TwoLayerTransformer`).
 
-No residual, LayerNorm, MLP, positional encoding or bias in the one-layer model. Matrices act
-on column vectors (code: ``h @ W_V.T`` on rows); attention patterns are ``(batch, query, key)``.
+The one-layer model has no residual connection, LayerNorm, MLP or positional encoding, and no
+bias unless ``bias=True`` adds the authors' logit bias ``b_pred``. Matrices act on column
+vectors (code: ``h @ W_V.T`` on rows); attention patterns are ``(batch, query, key)``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from .data import check_docs
+from .setting import check_attend_to_masked
 from .utils import check_choice, check_float, check_positive_int, make_generator
 
-__all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility"]
+__all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility", "token_counts"]
 
 Embedding = Literal["one_hot", "learned"]
 Attention = Literal["uniform", "learned"]
@@ -24,20 +28,15 @@ Value = Literal["identity", "learned"]
 Head = Literal["identity", "tied", "learned"]
 
 
-def _check_flag(attend_to_masked: object) -> bool:
-    if not isinstance(attend_to_masked, bool):
-        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
-    return attend_to_masked
-
-
-def key_visibility(selected: torch.Tensor | None, attend_to_masked: bool, shape: torch.Size) -> torch.Tensor:
+def key_visibility(selected: torch.Tensor | None, shape: torch.Size, *, attend_to_masked: bool) -> torch.Tensor:
     """Which positions may serve as keys, a BoolTensor of shape ``shape = (batch, N)``: all, or all
-    but the ``selected`` ones (a BoolTensor of that shape, or None for none) unless ``attend_to_masked``."""
+    but the ``selected`` ones (a BoolTensor of that shape, or None for none) unless ``attend_to_masked``
+    (see :class:`topicmech.Setting` for the two conventions)."""
     if selected is not None and (not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool
                                  or tuple(selected.shape) != tuple(shape)):  # an int mask: ~1 == -2
         raise ValueError(f"selected must be a BoolTensor of shape {tuple(shape)}, got {type(selected).__name__} "
                          f"{tuple(getattr(selected, 'shape', ()))} {getattr(selected, 'dtype', '')}")
-    if _check_flag(attend_to_masked) or selected is None:
+    if check_attend_to_masked(attend_to_masked) or selected is None:
         return torch.ones(shape, dtype=torch.bool, device=selected.device if selected is not None else None)
     return ~selected
 
@@ -48,8 +47,12 @@ def _check_inputs(inputs: torch.Tensor, num_tokens: int) -> torch.Tensor:
     return check_docs(inputs, num_tokens, name="inputs")
 
 
-def _token_counts(ids: torch.Tensor, weights: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """``counts[m, u] = sum_j weights[m, j] [ids[m, j] = u]``, shape ``(M, D)`` from ``(M, N)``."""
+def token_counts(ids: torch.Tensor, weights: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """Weighted token counts per row: ``counts[m, u] = sum_j weights[m, j] [ids[m, j] = u]``.
+
+    ``ids`` (LongTensor, ids in ``[0, num_tokens)``) and ``weights`` (float) have shape
+    ``(M, N)``; the result has shape ``(M, num_tokens)`` and ``weights``' dtype. Not validated.
+    """
     counts = torch.zeros(ids.shape[0], num_tokens, dtype=weights.dtype, device=ids.device)
     return counts.scatter_add_(1, ids, weights)
 
@@ -71,7 +74,8 @@ class OneLayerTransformer(nn.Module):
     head : {"identity", "tied", "learned"}
         ``W_U = I``, ``W_E^T`` or learned.
     attend_to_masked : bool
-        Whether selected positions are keys (``False``: the authors' code).
+        Whether selected positions are keys: True, the theory's convention; False, the released
+        code's (no default: see :class:`topicmech.Setting`).
     init_scale : float
         Standard deviation of the Gaussian initialisation of every learned matrix.
     bias : bool
@@ -81,7 +85,7 @@ class OneLayerTransformer(nn.Module):
 
     def __init__(self, num_tokens: int, d_model: int | None = None, *, embedding: Embedding = "one_hot",
                  attention: Attention = "uniform", value: Value = "learned", head: Head = "identity",
-                 attend_to_masked: bool = True, init_scale: float = 0.01, bias: bool = False, seed: int = 0) -> None:
+                 attend_to_masked: bool, init_scale: float = 0.01, bias: bool = False, seed: int = 0) -> None:
         super().__init__()
         D = check_positive_int("num_tokens", num_tokens)
         d = D if d_model is None else check_positive_int("d_model", d_model)
@@ -93,7 +97,7 @@ class OneLayerTransformer(nn.Module):
             if fixed and d != D:
                 raise ValueError(f"d_model must equal num_tokens={D} for {what}, got {d_model!r}")
         self.init_scale = check_float("init_scale", init_scale, positive=False)
-        self.attend_to_masked = _check_flag(attend_to_masked)
+        self.attend_to_masked = check_attend_to_masked(attend_to_masked)
         self.num_tokens, self.d_model = D, d
         gen = make_generator(seed)
 
@@ -121,6 +125,19 @@ class OneLayerTransformer(nn.Module):
         if not isinstance(bias, bool):
             raise ValueError(f"bias must be True or False, got {bias!r}")
         self.b_pred = nn.Parameter(torch.zeros(D)) if bias else None
+        #: Whether a forward hook or pre-hook was ever registered (it stays set after the hook is removed):
+        #: :func:`topicmech.train.train` then runs the forward pass, which the hooks see, not a fast path.
+        self.forward_hooked = False
+
+    def register_forward_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> RemovableHandle:
+        """:meth:`torch.nn.Module.register_forward_hook`, also setting :attr:`forward_hooked`."""
+        self.forward_hooked = True
+        return super().register_forward_hook(hook, *args, **kwargs)
+
+    def register_forward_pre_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> RemovableHandle:
+        """:meth:`torch.nn.Module.register_forward_pre_hook`, also setting :attr:`forward_hooked`."""
+        self.forward_hooked = True
+        return super().register_forward_pre_hook(hook, *args, **kwargs)
 
     @property
     def unembedding(self) -> torch.Tensor:
@@ -176,8 +193,8 @@ class OneLayerTransformer(nn.Module):
             return self.run_with_cache(inputs, selected)["logits"]
         inputs = _check_inputs(inputs, self.num_tokens)
         B, N = inputs.shape
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device, self.W_E.dtype)
-        counts = _token_counts(inputs, visible, self.num_tokens)                         # (B, D)
+        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device, self.W_E.dtype)
+        counts = token_counts(inputs, visible, self.num_tokens)                         # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
         logits = ((xbar @ self.W_E.T) @ self.W_V.T) @ self.unembedding.T                 # (B, D)
         if self.b_pred is not None:
@@ -195,7 +212,7 @@ class OneLayerTransformer(nn.Module):
         q = h @ self.W_Q.T                                                        # (B, N, d)
         k = h @ self.W_K.T                                                        # (B, N, d)
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
+        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device)  # (B, key)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
         any_key = visible.any(dim=1)                                              # (B,)
         if bool(any_key.all()):                                                   # the usual case
@@ -212,15 +229,20 @@ class OneLayerTransformer(nn.Module):
 
 
 class TwoLayerTransformer(nn.Module):
-    """A small standard encoder: learned embeddings, ``num_layers`` blocks of multi-head attention
-    with residual connections and LayerNorm, and a tied head.
+    """An attention-only encoder: learned embeddings ``W_E`` ``(d, D)``, ``num_layers`` (``L``, two by
+    default) layers of ``num_heads`` (``H``) head attention, and a tied head ``W_E^T``.
 
-    ``d_model`` must be divisible by ``num_heads``; ``init_scale`` is the standard deviation of the
-    initial embeddings and projections; ``attend_to_masked`` as in :class:`OneLayerTransformer`.
+    Layer ``l`` computes ``x <- LayerNorm_l(x + MultiHead_l(x) W_O[l]^T)``: queries, keys and values
+    ``x W_QKV[l][i]^T`` (``i = 0, 1, 2``, each ``(d, d)``) split into ``H`` heads of ``d / H``
+    dimensions, scores scaled by ``1/sqrt(d / H)``, hidden keys (``attend_to_masked``) at ``-inf``.
+    No MLP, positional encoding or bias in the projections (the LayerNorms have their affine
+    weights and biases). ``d_model`` must be divisible by ``num_heads``; ``init_scale`` is the
+    standard deviation of the initial embeddings and projections; ``attend_to_masked`` (no
+    default) as in :class:`OneLayerTransformer`.
     """
 
     def __init__(self, num_tokens: int, d_model: int = 32, *, num_heads: int = 1, num_layers: int = 2,
-                 attend_to_masked: bool = True, init_scale: float = 0.1, seed: int = 0) -> None:
+                 attend_to_masked: bool, init_scale: float = 0.1, seed: int = 0) -> None:
         super().__init__()
         D = check_positive_int("num_tokens", num_tokens)
         d = check_positive_int("d_model", d_model)
@@ -228,7 +250,7 @@ class TwoLayerTransformer(nn.Module):
         L = check_positive_int("num_layers", num_layers)
         if d % H:
             raise ValueError(f"d_model={d} must be divisible by num_heads, got num_heads={num_heads!r}")
-        self.attend_to_masked = _check_flag(attend_to_masked)
+        self.attend_to_masked = check_attend_to_masked(attend_to_masked)
         check_float("init_scale", init_scale, positive=False)
         self.num_tokens, self.d_model, self.num_heads, self.num_layers = D, d, H, L
         gen = make_generator(seed)
@@ -249,7 +271,7 @@ class TwoLayerTransformer(nn.Module):
         H, dh = self.num_heads, self.d_model // self.num_heads
         x = self.W_E.T[inputs]                                                    # (B, N, d)
         cache: dict[str, torch.Tensor] = {"embed": x}
-        visible = key_visibility(selected, self.attend_to_masked, inputs.shape).to(inputs.device)  # (B, key)
+        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device)  # (B, key)
         hidden_keys = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, -math.inf)
         hidden_keys = hidden_keys[:, None, None, :]                                # (B, 1, 1, key): 0 or -inf
         any_key = visible.any(dim=1)[:, None, None, None]                          # (B, 1, 1, 1)

@@ -8,14 +8,24 @@ per page, so only the pages that draw with seaborn itself import it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve"]
+from .probes import ATTENTION_FIELDS
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: plotting imports no chapter module
+    import pandas as pd
+
+    from .dynamics import JointRun, StageTimes
+    from .word_pairs import AttentionStats
+
+__all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve", "plot_attention_gap",
+           "plot_embedding_thresholds", "plot_tracked", "plot_attention"]
 
 _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
                "#56b4e9"]
@@ -144,4 +154,128 @@ def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None =
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend()
+    return ax
+
+
+def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, title: str = "", alpha: float = 0.05,
+                       vmax: float | None = None) -> plt.Axes:
+    """Layer-by-head heatmap of the attention ``gap`` with colour limit ``vmax`` (default: the largest
+    absolute gap); ``+`` (``-``) marks heads whose Bonferroni-corrected interval lies above (below) 0."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 3.2))
+    g = stats.gap
+    v = vmax if vmax is not None else float(np.nanmax(np.abs(g)))
+    im = ax.imshow(g, cmap="RdBu_r", vmin=-v, vmax=v, aspect="auto")
+    for (layer, h), s in np.ndenumerate(stats.significant(alpha)):
+        if s:
+            ax.text(h, layer, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
+                    color="white" if abs(g[layer, h]) > 0.6 * v else "black")
+    ax.set(xticks=range(g.shape[1]), yticks=range(g.shape[0]), xlabel="head", ylabel="layer", title=title)
+    ax.grid(False)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="same − different topic")
+    return ax
+
+
+def plot_embedding_thresholds(frames: Mapping[str, pd.DataFrame], *, metric: str = "cosine",
+                              ax: plt.Axes | None = None) -> plt.Axes:
+    """Gap with intervals against the threshold for ``metric`` ("cosine" or "inner"), one line per
+    :func:`~topicmech.pretrained.embedding_stats_by_threshold` frame in ``frames``."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.4))
+    for k, (label, df) in enumerate(frames.items()):
+        d = df[df["metric"] == metric]
+        x, y = d["threshold"].to_numpy() + 0.008 * (k - (len(frames) - 1) / 2), d["gap"].to_numpy()
+        ax.errorbar(x, y, yerr=np.vstack([y - d["gap_low"].to_numpy(), d["gap_high"].to_numpy() - y]), marker="o",
+                    capsize=3, label=label)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set(xlabel="topic-specificity threshold on p(topic | word)", ylabel=f"{metric}: same − different topic")
+    ax.legend()
+def _shade(ax: plt.Axes, times: StageTimes, end: float) -> None:
+    """Shade stage 1 (up to ``times.value_step``) and stage 2 (from ``times.attention_step``) of ``ax``."""
+    ax.axvspan(0, times.value_step, color="C0", alpha=0.12, lw=0)
+    if times.attention_step is not None:
+        ax.axvspan(times.attention_step, end, color="C1", alpha=0.12, lw=0)
+
+
+def plot_tracked(
+    run: JointRun, *, axes: Sequence[Any] | None = None, loss_reference: float | None = None,
+    loss_window: int = 50, title: str | None = None, shade: bool = True, legend: bool = True,
+    step_scale: Literal["linear", "sqrt", "log"] = "linear",
+) -> Any:
+    """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss; returns the figure.
+
+    Draws into ``axes`` (4 Axes) or a new figure; ``shade`` shades the two stages;
+    ``loss_reference`` adds a line to the loss panel (smoothed over ``loss_window`` steps);
+    ``step_scale="sqrt"`` or ``"log"`` (linear below step 10) keeps a short stage 1 visible.
+    """
+    if step_scale not in ("linear", "sqrt", "log"):
+        raise ValueError(f"step_scale must be 'linear', 'sqrt' or 'log', got {step_scale!r}")
+    if axes is None:
+        fig, axes = plt.subplots(4, 1, figsize=(6.4, 7.4), sharex=True)
+    elif len(axes) != 4:
+        raise ValueError(f"axes must hold 4 Axes, got {len(axes)}")
+    else:
+        fig = axes[0].figure
+    h, s, times = run.history, run.steps, run.times
+    ax_v, ax_a, ax_att, ax_l = axes
+    if "value_gap" in h.probes:
+        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
+    ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
+    ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
+    contrast = run.probe("kq_same_topic").astype(float)
+    ax_a.semilogy(s, np.where(contrast > 0, contrast, np.nan), color="C2", label="same-topic score contrast")
+    ax_a.set_ylabel("key-query")
+    plot_attention(run, ax_att, shade=False, legend=False)
+    ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
+    if loss_reference is not None:
+        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^\star$, uniform attention")
+    ax_l.set(ylabel="loss", xlabel="step")
+    if shade and times is not None:
+        for ax in axes:
+            _shade(ax, times, float(s[-1]))
+        ymax = ax_v.get_ylim()[1]
+        for step, name, colour in ((times.value_step, "1", "C0"), (times.attention_step, "2", "C1")):
+            if step is not None:
+                ax_v.text(step, 0.92 * ymax, f" stage {name}", ha="left", va="top", fontsize=8, color=colour)
+    if step_scale == "log":
+        ax_l.set_xscale("symlog", linthresh=10)
+    elif step_scale == "sqrt":
+        ax_l.set_xscale("function", functions=(np.sqrt, np.square))
+        ax_l.set_xticks([t for t in (0, 20, 100, 250, 500, 1000, 2000, 4000, 8000, 16000) if t <= s[-1]])
+    ax_l.set_xlim(0, float(s[-1]))
+    if legend:
+        for ax in axes:
+            ax.legend(fontsize=7, loc="best")
+    if title:
+        ax_v.set_title(title)
+    return fig
+
+
+def plot_attention(
+    run: JointRun, ax: Any | None = None, *, fields: Sequence[str] = ATTENTION_FIELDS, shade: bool = True,
+    legend: bool = True, title: str | None = None,
+) -> Any:
+    """Average attention by relation over training (the ``"attention"`` probe) in one panel; returns the Axes.
+
+    ``fields``: which of :data:`topicmech.probes.ATTENTION_FIELDS` to draw; ``shade``: the stages, as in
+    :func:`plot_tracked`.
+    """
+    unknown = [f for f in fields if f not in ATTENTION_FIELDS]
+    if unknown:
+        raise ValueError(f"fields must be among {ATTENTION_FIELDS}, got {unknown!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.0))
+    s, att = run.steps, run.probe("attention")
+    style = {"self": ("C4", ":"), "same_word": ("C3", "--"), "same_topic": ("C2", "-"), "diff_topic": ("C7", "-")}
+    for name in fields:
+        colour, ls = style[name]
+        ax.plot(s, att[:, ATTENTION_FIELDS.index(name)], color=colour, ls=ls, label=name.replace("_", " "))
+    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5)
+    ax.set_ylabel("attention / uniform")
+    if shade and run.times is not None:
+        _shade(ax, run.times, float(s[-1]))
+    if legend:
+        ax.legend(fontsize=7, loc="best")
+    if title:
+        ax.set_title(title)
     return ax

@@ -14,7 +14,8 @@ import torch
 
 from .utils import as_float64
 
-__all__ = ["BlockMeans", "block_means", "relation_masks", "attention_by_relation", "AttentionByRelation",
+__all__ = ["BlockMeans", "block_means", "relation_masks", "topic_growth_eigenvalue", "attention_by_relation",
+           "AttentionByRelation", "ATTENTION_FIELDS",
            "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
 
 
@@ -86,6 +87,11 @@ class AttentionByRelation(NamedTuple):
     def topic_ratio(self) -> float:
         """``same_topic / diff_topic``."""
         return self.same_topic / self.diff_topic
+
+
+#: The names of the entries of :class:`AttentionByRelation`, in order (the ``"attention"`` probe
+#: of :func:`topicmech.dynamics.standard_probes` stores them as the columns of an array).
+ATTENTION_FIELDS: tuple[str, ...] = ("self", "same_word", "same_topic", "diff_topic")
 
 
 def pair_relations(
@@ -178,3 +184,18 @@ def relation_reader(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> Callab
         return AttentionByRelation(*means(pattern.flatten()))
 
     return read
+
+
+def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.Tensor | np.ndarray) -> float:
+    """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G = dL/dA`` over the symmetry orbits.
+
+    With the orbit means ``G_diag``, ``G_same``, ``G_diff`` (:func:`block_means`
+    of ``G[key, query]``), ``G`` acts on vectors constant within topics and summing to zero as
+    ``(G_diag - G_same) + v (G_same - G_diff)``; the result is minus that, positive when gradient
+    descent raises same-topic scores. Averaging first removes most Monte-Carlo noise.
+    """
+    m = block_means(G, topic_of_word)
+    counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
+    if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
+        raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
+    return -((m.diag - m.same_topic) + int(counts[0]) * (m.same_topic - m.diff_topic))

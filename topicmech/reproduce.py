@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from .data import LDATopicModel, TopicModel, check_topic_model
-from .dynamics import reaching_step
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import masked_means, pair_relations
+from .traces import reaching_step
 from .train import train
 from .utils import check_positive_int
 
@@ -158,7 +158,7 @@ def leave_zero_step(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | 
                     fraction: float = 0.1) -> int | None:
     """First step at which a norm has covered ``fraction`` of its rise from step 0 to the end (None if it never rises).
 
-    :func:`topicmech.dynamics.reaching_step` with ``reference="final"``.
+    :func:`topicmech.traces.reaching_step` with ``reference="final"``.
     """
     return reaching_step(steps, norms, fraction=fraction, reference="final")
 

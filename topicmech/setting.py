@@ -111,8 +111,10 @@ class Setting:
         True: the theory's convention (selected positions are visible keys). False: the
         released code's convention (hidden).
 
-    Attributes ``T, v, tau, N, V = T v, D = V + 1`` and ``p_m, p_c, p_r, p_M`` read the fields
-    in the book's notation.
+    Notes
+    -----
+    The properties ``T``, ``v``, ``tau``, ``N``, ``V = T v``, ``D = V + 1`` and ``p_m``,
+    ``p_c``, ``p_r``, ``p_M`` read the fields in the book's notation.
     """
 
     num_topics: int

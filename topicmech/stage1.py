@@ -17,15 +17,16 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .data import TopicModel, check_topic_model
-from .embeddings import _check_phases, train_in_phases
+from .data import TopicModel, topic_model_for
 from .model import OneLayerTransformer
-from .theory import ValueBlocks, lda_sigma_eigenvalues, orbit_means, sigma_eigenvalues
-from .utils import as_float64, check_float, check_masking, check_positive_int
+from .setting import Setting
+from .theory import ValueBlocks, orbit_means, sigma_range, stage1_sgd_lr
+from .train import check_phases, train
+from .utils import check_float, check_matrix, check_positive_int, check_seed
 
 __all__ = [
-    "SQUARED_PHASES", "SAFE_FRACTION", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
-    "sigma_range", "default_phases", "CROSS_ENTROPY_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
+    "SQUARED_PHASES", "PHASE_DECAY", "PHASE_SHARE", "MAX_DEFAULT_STEPS", "MIN_PHASE_STEPS",
+    "default_phases", "CROSS_ENTROPY_PHASES", "ADAM_PHASES", "DEFAULT_BATCH_SIZE", "StageOneRun",
     "train_value_matrix", "block_errors", "centre_columns", "contrast_correlation", "column_topic_margin",
 ]
 
@@ -38,10 +39,10 @@ SQUARED_PHASES: tuple[tuple[int, float], ...] = ((500, 30.0), (400, 10.0), (300,
 #: ``(steps, lr)`` for cross-entropy, fixed for the book's setting; the run only shows the
 #: block pattern (the optimum has the ``[MASK]`` output row at minus infinity).
 CROSS_ENTROPY_PHASES: tuple[tuple[int, float], ...] = ((300, 100.0),)
+#: ``(steps, lr)`` phases for Adam (its step is about ``lr`` per entry whatever the curvature).
+ADAM_PHASES: tuple[tuple[int, float], ...] = ((400, 1e-2), (200, 1e-3))
 #: Documents per SGD step, by loss.
 DEFAULT_BATCH_SIZE: dict[str, int] = {"squared": 128, "cross_entropy": 64}
-#: First learning rate of :func:`default_phases` as a fraction of ``1 / lambda_max`` (squared loss).
-SAFE_FRACTION: float = 0.5
 #: Learning rate of each phase of :func:`default_phases`, relative to the first.
 PHASE_DECAY: tuple[float, ...] = (1.0, 1.0 / 3.0, 1.0 / 10.0)
 #: Share of the steps spent in each phase of :func:`default_phases`.
@@ -52,50 +53,19 @@ MAX_DEFAULT_STEPS: int = 50_000
 MIN_PHASE_STEPS: int = 20
 
 
-def sigma_range(topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True, mask_prob: float = 0.15,
-                keep_prob: float = 0.1, random_prob: float = 0.1, needs: str = "phases") -> tuple[float, float]:
-    """Smallest positive and largest eigenvalue of the exact stage-1 ``Sigma`` (word block with hidden keys).
-
-    Parameters
-    ----------
-    topic_model : TopicModel
-        :class:`~topicmech.data.SimplifiedTopicModel` (:func:`topicmech.theory.sigma_eigenvalues`)
-        or :class:`~topicmech.data.LDATopicModel` (:func:`topicmech.theory.lda_sigma_eigenvalues`);
-        any other raises ValueError.
-    needs : str
-        Argument the caller should set instead, named in that error.
-
-    Returns
-    -------
-    lambda_min, lambda_max : float
-    """
-    from .data import LDATopicModel, SimplifiedTopicModel
-
-    masking = (mask_prob, keep_prob, random_prob)
-    if isinstance(topic_model, SimplifiedTopicModel):
-        return sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.topics_per_doc,
-                                 doc_len, *masking, attend_to_masked=attend_to_masked)
-    if isinstance(topic_model, LDATopicModel):
-        return lda_sigma_eigenvalues(topic_model.num_topics, topic_model.words_per_topic, topic_model.alpha, doc_len,
-                                     *masking, attend_to_masked=attend_to_masked)
-    raise ValueError(f"no exact Sigma for a {type(topic_model).__name__}, so no learning rate can be derived "
-                     f"from the setting; pass {needs} explicitly")
-
-
 def _check_loss(loss: object) -> None:
     if loss not in ("squared", "cross_entropy"):
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
 
 
 def default_phases(
-    topic_model: TopicModel, doc_len: int, *, loss: Literal["squared", "cross_entropy"] = "squared",
-    attend_to_masked: bool = True, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-    l2: float = 0.0, tol: float = 1e-2,
+    setting: Setting, *, topic_model: TopicModel | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", l2: float = 0.0, tol: float = 1e-2,
 ) -> tuple[tuple[int, float], ...]:
     """The ``(steps, lr)`` phases that :func:`train_value_matrix` runs by default, derived from ``Sigma``.
 
-    With ``lambda_min, lambda_max`` from :func:`sigma_range` (plus ``l2``), the phases run at
-    ``lr_1 = SAFE_FRACTION / lambda_max`` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
+    With ``lambda_min, lambda_max`` from :func:`topicmech.theory.sigma_range` (plus ``l2``), the phases run at
+    ``lr_1`` of :func:`topicmech.theory.stage1_sgd_lr` times :data:`PHASE_DECAY` for :data:`PHASE_SHARE`
     of ``n`` steps (each at least :data:`MIN_PHASE_STEPS`), ``n`` the smallest with
     ``sum_i 2 lr_i lambda_min n_i >= log(1 / tol)``: SGD contracts the error along an
     eigenvector of ``Sigma`` at rate ``2 lr sigma``, and the slowest direction must shrink
@@ -104,8 +74,9 @@ def default_phases(
 
     Parameters
     ----------
-    topic_model : TopicModel
-        Simplified or LDA (see :func:`sigma_range`).
+    setting : Setting
+    topic_model : TopicModel, optional
+        Simplified (default, the setting's) or LDA (see :func:`topicmech.theory.sigma_range`).
     l2 : float
         Ridge weight of the run.
     tol : float
@@ -118,8 +89,8 @@ def default_phases(
 
     Examples
     --------
-    >>> from topicmech.data import SimplifiedTopicModel
-    >>> phases = default_phases(SimplifiedTopicModel(6, 5, 2), 40, mask_prob=0.2)
+    >>> from topicmech import Masking, Setting
+    >>> phases = default_phases(Setting(6, 5, 2, 40, masking=Masking(mask_prob=0.2), attend_to_masked=True))
     >>> [round(lr, 2) for _, lr in phases]
     [9.08, 3.03, 0.91]
     """
@@ -127,17 +98,16 @@ def default_phases(
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not 0.0 < tol < 1.0:
         raise ValueError(f"tol must be a float in (0, 1), got {tol!r}")
     l2 = check_float("l2", l2, positive=False)
-    lam_min, lam_max = sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked, mask_prob=mask_prob,
-                                   keep_prob=keep_prob, random_prob=random_prob)
+    lam_min, lam_max = sigma_range(setting, topic_model=topic_model)
+    lr1, lr1_ce = (stage1_sgd_lr(lam_max, loss=kind, l2=l2) for kind in ("squared", "cross_entropy"))
     lam_min, lam_max = lam_min + l2, lam_max + l2
-    lr1 = SAFE_FRACTION / lam_max
     per_step = 2.0 * lr1 * lam_min * sum(d * w for d, w in zip(PHASE_DECAY, PHASE_SHARE))  # decay rate per step
     total = math.ceil(math.log(1.0 / float(tol)) / per_step)
     if total > MAX_DEFAULT_STEPS:
         raise ValueError(f"the default phases would need {total} steps (condition number of Sigma "
                          f"{lam_max / lam_min:.0f}); pass phases explicitly, or raise l2 or tol")
-    if loss == "cross_entropy":  # Hessian <= (lambda_max / 2 + 2 l2) = 2 (lambda_max + 4 l2) / 4
-        lr1 = 4.0 * SAFE_FRACTION / (lam_max + 3.0 * l2)
+    if loss == "cross_entropy":
+        lr1 = lr1_ce
     return tuple((max(MIN_PHASE_STEPS, math.ceil(total * w)), lr1 * d)
                  for d, w in zip(PHASE_DECAY, PHASE_SHARE))
 
@@ -180,29 +150,36 @@ class StageOneRun:
 
 
 def train_value_matrix(
-    topic_model: TopicModel, doc_len: int, *, attend_to_masked: bool = True,
-    loss: Literal["squared", "cross_entropy"] = "squared", phases: Phases | None = None,
-    batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0, mask_prob: float = 0.15,
-    keep_prob: float = 0.1, random_prob: float = 0.1, seed: int = 0, probe_every: int = 20,
+    setting: Setting, *, topic_model: TopicModel | None = None,
+    loss: Literal["squared", "cross_entropy"] = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
+    phases: Phases | None = None, batch_size: int | None = None, l2: float = 0.0, init_scale: float = 0.0,
+    seed: int = 0, data_seeds: Sequence[int] | None = None, probe_every: int = 20,
 ) -> StageOneRun:
-    """Train ``W^V`` of the stage-1 model by plain SGD with a step-decay learning rate.
+    """Train ``W^V`` of the stage-1 model by SGD (or Adam) with a step-decay learning rate.
 
     One-hot embeddings, frozen uniform attention, identity head, ``W^V`` initialised at
-    ``init_scale`` times a Gaussian; the phases run through
-    :func:`topicmech.embeddings.train_in_phases` on fresh documents (seeds derived from ``seed``).
+    ``init_scale`` times a Gaussian (seed ``seed``); the ``(steps, lr)`` phases run through
+    :func:`topicmech.train.train` on fresh documents, seeded by :func:`topicmech.utils.spawn_seeds`
+    of ``seed`` or by ``data_seeds``.
 
     Parameters
     ----------
-    attend_to_masked : bool
-        Selected positions visible as keys (``False``: hidden, the authors' code).
+    setting : Setting
+        Sizes, document length, masking and key convention of the run.
+    topic_model : TopicModel, optional
+        The data; default the setting's simplified model (:func:`topicmech.data.topic_model_for`).
+    optimizer : {"sgd", "adam"}
+        Plain SGD or Adam (a fresh optimiser per phase).
     phases : sequence of (steps, lr), optional
-        Defaults to :func:`default_phases` for this setting.
+        Defaults to :func:`default_phases` for this setting (SGD) or :data:`ADAM_PHASES`.
     batch_size : int, optional
         Documents per step; defaults to :data:`DEFAULT_BATCH_SIZE` for the loss.
     l2 : float
         Ridge weight (``l2 ||W^V||_F^2`` is added to the loss).
     init_scale : float
         Standard deviation of the initial ``W^V``.
+    data_seeds : sequence of int, optional
+        One seed per phase for the documents and masks (default: spawned from ``seed``).
     probe_every : int
         Record the orbit means every this many steps (and at the end of each phase).
 
@@ -210,48 +187,44 @@ def train_value_matrix(
     -------
     StageOneRun
     """
-    check_topic_model(topic_model)
+    topic_model = topic_model_for(setting, topic_model)
     _check_loss(loss)
-    check_masking(mask_prob, keep_prob, random_prob)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if phases is None:
-        phases = default_phases(topic_model, doc_len, loss=loss, attend_to_masked=attend_to_masked,
-                                mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob, l2=l2)
-    phases = _check_phases("phases", phases)
+        phases = ADAM_PHASES if optimizer == "adam" else default_phases(setting, topic_model=topic_model, loss=loss,
+                                                                        l2=l2)
+    phases = check_phases(phases)
+    if data_seeds is not None:
+        data_seeds = [check_seed(s) for s in data_seeds]
+        if len(data_seeds) != len(phases):
+            raise ValueError(f"data_seeds must hold one seed per phase ({len(phases)}), got {len(data_seeds)}")
     batch_size = DEFAULT_BATCH_SIZE[loss] if batch_size is None else check_positive_int("batch_size", batch_size)
     probe_every = check_positive_int("probe_every", probe_every)
     T, v = topic_model.num_topics, topic_model.words_per_topic
     model = OneLayerTransformer(
         topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned", head="identity",
-        attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed,
+        attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed,
     )
 
     def probe(m: OneLayerTransformer) -> np.ndarray:
         b = orbit_means(m.value_matrix().detach().double().cpu().numpy(), T, v)
         return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])  # (4,)
 
-    hist = train_in_phases(
-        model, topic_model, doc_len=doc_len, phases=phases, batch_size=batch_size,
-        loss=loss, optimizer="sgd", seed=seed, l2=l2, mask_prob=mask_prob, keep_prob=keep_prob,
-        random_prob=random_prob, probes={"blocks": probe}, probe_every=probe_every,
+    hist = train(
+        model, topic_model, phases=phases, doc_len=setting.doc_len, batch_size=batch_size, loss=loss,
+        optimizer=optimizer, seed=seed if data_seeds is None else data_seeds, l2=l2, masking=setting.masking,
+        probes={"blocks": probe}, probe_every=probe_every,
     )
-    step = np.asarray(hist.probe_step)
-    new = np.r_[True, step[1:] != step[:-1]]  # every phase re-records its starting point: keep one
     return StageOneRun(
         W_V=model.value_matrix().detach().double().cpu().numpy(),
-        probe_step=step[new],
-        blocks=hist.probe("blocks")[new],
+        probe_step=np.asarray(hist.probe_step),
+        blocks=hist.probe("blocks"),
         loss=np.asarray(hist.loss),
         phases=phases,
         num_topics=T,
         words_per_topic=v,
     )
-
-
-def _as_float64(matrix: np.ndarray | torch.Tensor, shape: tuple[int, int] | None = None) -> np.ndarray:
-    M = np.array(as_float64(matrix))                                  # a copy: callers change it in place
-    if shape is not None and M.shape != shape:
-        raise ValueError(f"matrix must have shape {shape}, got {M.shape}")
-    return M
 
 
 def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topics: int, words_per_topic: int) -> np.ndarray:
@@ -262,7 +235,7 @@ def block_errors(matrix: np.ndarray | torch.Tensor, exact: ValueBlocks, num_topi
     errors : ndarray, shape (4,)
         Diagonal, same topic, different topic and ``[MASK]`` column.
     """
-    m = orbit_means(_as_float64(matrix), num_topics, words_per_topic)
+    m = orbit_means(check_matrix("matrix", matrix), num_topics, words_per_topic)
     return np.array([m.diag - exact.diag, m.same_topic - exact.same_topic,
                      m.diff_topic - exact.diff_topic, m.mask_col - exact.mask_col])
 
@@ -275,7 +248,7 @@ def centre_columns(matrix: np.ndarray | torch.Tensor, vocab_size: int) -> np.nda
     The ``[MASK]`` output row is left as is.
     """
     V = check_positive_int("vocab_size", vocab_size)
-    M = _as_float64(matrix, (V + 1, V + 1))
+    M = check_matrix("matrix", matrix, shape=(V + 1, V + 1))
     M[:V] -= M[:V].mean(axis=0, keepdims=True)  # (V, D) minus (1, D)
     return M
 
@@ -306,7 +279,7 @@ def column_topic_margin(matrix: np.ndarray | torch.Tensor, num_topics: int, word
     if T < 2:
         raise ValueError(f"num_topics must be >= 2 for a different-topic entry, got {num_topics!r}")
     V = T * v
-    W = _as_float64(matrix, (V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
+    W = check_matrix("matrix", matrix, shape=(V + 1, V + 1))[:V, :V].reshape(T, v, T, v)   # (out topic, out word, in topic, in word)
     lowest_same = np.stack([W[t, :, t, :] for t in range(T)]).min(axis=1)  # (T, v_in)
     other = np.where(np.eye(T, dtype=bool)[:, None, :, None], -np.inf, W)  # mask the same-topic blocks
     return float((lowest_same - other.max(axis=(0, 1))).min())

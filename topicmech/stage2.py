@@ -1,16 +1,19 @@
 """Stage 2: ``W^V`` frozen at its stage-1 form, ``W^K`` and ``W^Q`` trained (chapter 5 and its appendix).
 
 :class:`Stage2Setting` holds the chapter's settings, :func:`run_stage2` trains, :func:`gradient_summary`
-and :func:`hidden_key_gradient` give the Monte-Carlo and exact ``G = dL/dA``,
-:func:`predicted_growth_rate` and :func:`fitted_growth_rate` the initial exponential growth of
+summarises Monte-Carlo estimates of ``G = dL/dA`` (its exact value is
+:func:`topicmech.theory.hidden_key_gradient`); :func:`topicmech.traces.predicted_growth_rate` and
+:func:`topicmech.traces.growth_rate` give the initial exponential growth of
 ``A = W_K^T W_Q / sqrt(d)``. ``A[key_token, query_token]``; ``G`` has the same orientation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,13 +21,14 @@ import torch
 from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
-from .probes import topic_contrasts
+from .probes import relation_masks, topic_contrasts
+from .setting import Setting
 from .train import History, train
-from .utils import check_masking, check_positive_int
+from .utils import check_float, check_positive_int
 
 __all__ = [
-    "Stage2Setting", "TARGET_GROWTH_RATE", "default_stage2_lr", "stage2_drive", "stage2_model", "run_stage2", "GradientSummary",
-    "gradient_summary", "hidden_key_gradient", "predicted_growth_rate", "fitted_growth_rate", "MaskQueryAttention",
+    "Stage2Setting", "stage2_model", "run_stage2", "GradientSummary",
+    "gradient_summary", "MaskQueryAttention",
     "mask_query_attention",
 ]
 
@@ -39,100 +43,68 @@ def _check_float(name: str, value: object, positive: bool = True) -> float:
 
 @dataclass(frozen=True)
 class Stage2Setting:
-    """Data, masking and optimiser settings of a stage-2 run: ``T, v, tau, N``, plain SGD, ``p_m, p_c, p_r``.
+    """A stage-2 run: its :class:`~topicmech.setting.Setting` (data, masking, key convention) and plain SGD.
 
     Attributes
     ----------
+    setting : Setting
+        ``T, v, tau, N``, the masking and the key convention of the run.
     lr : float, optional
-        Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`default_stage2_lr`,
-        stored, so pass ``lr=None`` to ``dataclasses.replace`` with new data parameters.
+        Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`topicmech.theory.default_stage2_lr`
+        (of the setting with hidden keys), stored, so pass ``lr=None`` to :meth:`replace` with new data parameters.
     steps, batch_size, probe_every : int
         SGD steps, fresh documents per step, steps between recordings of the contrasts of ``A``.
     init_scale : float
         Standard deviation of the Gaussian initial ``W_K`` and ``W_Q``.
     """
 
-    num_topics: int = 5
-    words_per_topic: int = 4
-    topics_per_doc: int = 2
-    doc_len: int = 20
+    setting: Setting
     lr: float | None = None
     steps: int = 600
     batch_size: int = 128
     init_scale: float = 0.1
     probe_every: int = 10
-    mask_prob: float = 0.15
-    keep_prob: float = 0.1
-    random_prob: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("num_topics", "words_per_topic", "topics_per_doc", "doc_len", "steps", "batch_size", "probe_every"):
+        if not isinstance(self.setting, Setting):
+            raise ValueError(f"setting must be a topicmech.Setting, got {self.setting!r}")
+        for name in ("steps", "batch_size", "probe_every"):
             check_positive_int(name, getattr(self, name))
-        if self.topics_per_doc > self.num_topics:
-            raise ValueError(f"topics_per_doc must be <= num_topics={self.num_topics}, got {self.topics_per_doc!r}")
-        if self.doc_len < 2:
-            raise ValueError(f"doc_len must be >= 2, got {self.doc_len!r}")
-        _check_float("init_scale", self.init_scale)
-        check_masking(self.mask_prob, self.keep_prob, self.random_prob)
+        check_float("init_scale", self.init_scale)
         if self.lr is None:
-            lr = default_stage2_lr(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                   self.mask_prob, self.keep_prob)
+            lr = theory.default_stage2_lr(self.setting.hidden())
             object.__setattr__(self, "lr", lr)  # frozen dataclass: set the derived default once
-        _check_float("lr", self.lr)
+        check_float("lr", self.lr)
 
     @classmethod
-    def quick(cls) -> Stage2Setting:
+    def quick(cls, *, attend_to_masked: bool) -> Stage2Setting:
         """The chapter's default: T=5, v=4, tau=2, N=20, 600 steps of 128 documents, lr 100 (derived: 103.6)."""
-        return cls(lr=100.0)
+        return cls(Setting.stage2_quick(attend_to_masked=attend_to_masked), lr=100.0)
 
     @classmethod
-    def full(cls) -> Stage2Setting:
+    def full(cls, *, attend_to_masked: bool) -> Stage2Setting:
         """Paper-scale vocabulary: T=10, v=10, tau=2, N=64, 800 steps, lr 2700 (derived: 2830)."""
-        return cls(num_topics=10, words_per_topic=10, topics_per_doc=2, doc_len=64, lr=2700.0, steps=800,
+        return cls(Setting(10, 10, 2, 64, attend_to_masked=attend_to_masked), lr=2700.0, steps=800,
                    batch_size=128, init_scale=0.1, probe_every=20)
 
-    @property
-    def vocab_size(self) -> int:
-        """``V = T v``."""
-        return self.num_topics * self.words_per_topic
-
-    @property
-    def num_tokens(self) -> int:
-        """``D = V + 1``."""
-        return self.vocab_size + 1
+    def replace(self, **changes: Any) -> Stage2Setting:
+        """A copy with ``changes``: fields of this class, or of the :class:`~topicmech.setting.Setting`
+        (``doc_len``, ``mask_prob``, ``attend_to_masked``, ...), validated again."""
+        own = {k: changes.pop(k) for k in ("setting", "lr", "steps", "batch_size", "init_scale", "probe_every")
+               if k in changes}
+        if changes:
+            own["setting"] = own.get("setting", self.setting).replace(**changes)
+        return dataclasses.replace(self, **own)
 
     def topic_model(self) -> SimplifiedTopicModel:
         """The data source, :class:`~topicmech.data.SimplifiedTopicModel`."""
-        return SimplifiedTopicModel(self.num_topics, self.words_per_topic, self.topics_per_doc)
+        return SimplifiedTopicModel(self.setting.num_topics, self.setting.words_per_topic,
+                                    self.setting.topics_per_doc)
 
-    def stage1_value_matrix(self, attend_to_masked: bool) -> np.ndarray:
-        """The stage-1 optimum ``W*`` (:func:`topicmech.theory.optimal_value_matrix`), shape ``(D, D)``."""
-        return theory.optimal_value_matrix(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
-                                           self.mask_prob, self.keep_prob, self.random_prob,
-                                           attend_to_masked=attend_to_masked)
-
-
-#: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`
-#: aims at (600 steps cover about 18 e-folds: from 0.1 to saturation, with room to spare).
-TARGET_GROWTH_RATE: float = 0.03
-
-
-def default_stage2_lr(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                      mask_prob: float = 0.15, keep_prob: float = 0.1, target_rate: float = TARGET_GROWTH_RATE) -> float:
-    """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
-
-    Inverts :func:`predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
-    ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
-    shrinks quickly with the vocabulary. Raises ValueError where it is not positive
-    (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
-    """
-    rate = _check_float("target_rate", target_rate)
-    lam = stage2_drive(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    if not lam > 1e-12:
-        raise ValueError(f"no stage-2 drive at topics_per_doc={topics_per_doc!r}, keep_prob={keep_prob!r} "
-                         f"(lambda_G = {lam:.3g}), so no learning rate can be derived; set lr explicitly")
-    D = num_topics * words_per_topic + 1
-    return rate * math.sqrt(D) / (2.0 * lam)
+    def W_star(self) -> np.ndarray:
+        """The stage-1 optimum ``W*`` in the setting's convention (:func:`topicmech.theory.optimal_value_matrix`),
+        shape ``(D, D)``."""
+        return theory.optimal_value_matrix(self.setting)
 
 
 def stage2_model(value_matrix: np.ndarray | torch.Tensor, *, attend_to_masked: bool, init_scale: float = 0.1,
@@ -155,22 +127,23 @@ def stage2_model(value_matrix: np.ndarray | torch.Tensor, *, attend_to_masked: b
     return model.freeze("W_V")
 
 
-def run_stage2(setting: Stage2Setting, *, attend_to_masked: bool, seed: int = 0,
+def run_stage2(config: Stage2Setting, *, seed: int = 0,
                value_matrix: np.ndarray | None = None) -> tuple[OneLayerTransformer, History]:
     """Stage 2: freeze ``W^V`` at the stage-1 form and train ``W^K, W^Q`` by SGD on fresh documents.
 
-    ``seed`` seeds the initialisation, ``10_000 + seed`` the documents and masks; ``value_matrix``
-    defaults to ``setting.stage1_value_matrix(attend_to_masked)``. The history holds the probes
+    The key convention is ``config.setting``'s. ``seed`` seeds the initialisation, ``10_000 + seed``
+    the documents and masks; ``value_matrix`` defaults to ``config.W_star()``. The history holds the probes
     ``"same_word"``, ``"same_topic"`` (contrasts of ``A``, :func:`topicmech.probes.topic_contrasts`)
     and ``"mask_query_spread"`` (std of the ``[MASK]``-query column of ``A`` over word keys).
     """
-    if not isinstance(setting, Stage2Setting):
-        raise ValueError(f"setting must be a Stage2Setting, got {type(setting).__name__}")
-    W = setting.stage1_value_matrix(attend_to_masked) if value_matrix is None else value_matrix
-    model = stage2_model(W, attend_to_masked=attend_to_masked, init_scale=setting.init_scale, seed=seed)
-    data = setting.topic_model()
+    if not isinstance(config, Stage2Setting):
+        raise ValueError(f"config must be a Stage2Setting, got {type(config).__name__}")
+    setting = config.setting
+    W = config.W_star() if value_matrix is None else value_matrix
+    model = stage2_model(W, attend_to_masked=setting.attend_to_masked, init_scale=config.init_scale, seed=seed)
+    data = config.topic_model()
     topic = data.topic_of_word
-    V = setting.vocab_size
+    V = setting.V
 
     def contrast(name: str):
         return lambda m: topic_contrasts(m.key_query_matrix(), topic)[name]
@@ -180,10 +153,9 @@ def run_stage2(setting: Stage2Setting, *, attend_to_masked: bool, seed: int = 0,
         "same_topic": contrast("same_topic"),
         "mask_query_spread": lambda m: float(m.key_query_matrix()[:V, V].std()),
     }
-    history = train(model, data, steps=setting.steps, batch_size=setting.batch_size, doc_len=setting.doc_len,
-                    loss="squared", optimizer="sgd", lr=setting.lr, mask_prob=setting.mask_prob,
-                    keep_prob=setting.keep_prob, random_prob=setting.random_prob, seed=10_000 + seed,
-                    probes=probes, probe_every=setting.probe_every)
+    history = train(model, data, steps=config.steps, batch_size=config.batch_size, doc_len=setting.doc_len,
+                    loss="squared", optimizer="sgd", lr=config.lr, masking=setting.masking, seed=10_000 + seed,
+                    probes=probes, probe_every=config.probe_every)
     return model, history
 
 
@@ -226,7 +198,7 @@ class GradientSummary:
     def topic_eigenvalue(self) -> float:
         """Eigenvalue ``-[(same_word - same_topic) + v (same_topic - diff_topic)]`` of ``-G`` on topic contrasts."""
         v = self.words_per_topic
-        return -((self.same_word - self.same_topic) + v * (self.same_topic - self.diff_topic))
+        return -theory.topic_eigenvalue(self.same_word, self.same_topic, self.diff_topic, v)
 
     def topic_contrast_z(self) -> float:
         """``(same_topic - diff_topic)`` in units of its standard error (negative: descent raises same-topic scores)."""
@@ -247,7 +219,7 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
     S = Gs.shape[0]
     if S < 2 or Gs.shape[1:] != (D, D):
         raise ValueError(f"gradients must hold at least 2 estimates of shape {(D, D)}, got {Gs.shape}")
-    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in theory._orbit_masks(T, v)], 1)  # (S, 3) orbit means
+    orbits = np.stack([Gs[:, :V, :V][:, m].mean(1) for m in relation_masks(np.arange(V) // v)], 1)  # (S, 3) orbit means
     mean = orbits.mean(0)
     se = orbits.std(0, ddof=1) / math.sqrt(S)
     ratios = orbits[:, 1] / orbits[:, 2]                               # (S,)
@@ -265,79 +237,6 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
     )
 
 
-def hidden_key_gradient(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                        mask_prob: float = 0.15, keep_prob: float = 0.1,
-                        topic_eigenvalue: float | None = None) -> dict[str, float]:
-    """Exact ``E[dL/dA]`` at uniform attention, hidden keys, finite ``N`` (our derivation, appendix).
-
-    For a value matrix with word block in span{B, J} and topic eigenvalue ``lambda``, the
-    word-query entries are ``G = lambda (1 - kappa) G_inf`` with ``kappa = E[1/K | K >= 1]``
-    and ``G_inf`` from :func:`topicmech.theory.key_query_gradient_limit`.
-
-    ``topic_eigenvalue`` defaults to that of the stage-1 optimum with hidden keys (for ``c B``
-    it is ``c v``). Returns ``"same_word"``, ``"same_topic"``, ``"diff_topic"``, ``"mask_query"``
-    (0), ``"ratio"`` (``-(T - 1)``) and ``"factor"`` (``lambda (1 - kappa)``).
-    """
-    p_m, p_c, _ = check_masking(mask_prob, keep_prob, 0.0)
-    if topic_eigenvalue is None:
-        lam = theory.value_block_coefficients(num_topics, words_per_topic, topics_per_doc, doc_len, p_m, p_c, 0.0,
-                                              attend_to_masked=False).topic_eigenvalue
-    else:
-        lam = _check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
-    limit = theory.key_query_gradient_limit(num_topics, words_per_topic, topics_per_doc, keep_prob=p_c)
-    factor = lam * (1.0 - theory.kappa(doc_len, p_m))
-    return {**{k: factor * limit[k] for k in ("same_word", "same_topic", "diff_topic")},
-            "mask_query": 0.0, "ratio": limit["ratio"], "factor": factor}
-
-
-def stage2_drive(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int | float,
-                 mask_prob: float = 0.15, keep_prob: float = 0.1) -> float:
-    """Exact initial stage-2 drive ``lambda_G`` on the topic contrasts (hidden keys).
-
-    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` from the entries of ``G = dL/dA`` at uniform
-    attention and the stage-1 optimum (:func:`hidden_key_gradient`); the
-    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``. 0 when
-    ``topics_per_doc == 1``.
-    """
-    g = hidden_key_gradient(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    return float(-((g["same_word"] - g["same_topic"]) + words_per_topic * (g["same_topic"] - g["diff_topic"]))) + 0.0
-
-
-def predicted_growth_rate(lr: float, topic_eigenvalue: float, d_model: int) -> float:
-    """Initial e-folding rate ``2 lr lambda / sqrt(d)`` per SGD step of the topic contrast of ``A = W_K^T W_Q / sqrt(d)``.
-
-    With ``-G`` acting as ``lambda`` (``topic_eigenvalue``, e.g. :attr:`GradientSummary.topic_eigenvalue`)
-    on topic contrasts, ``W_K a`` and ``W_Q a`` feed each other, so ``a^T A a`` grows by
-    ``(1 + lr lambda / sqrt(d))^2`` per step; ``d_model`` is ``d`` (``D`` for one-hot embeddings).
-    """
-    lr = _check_float("lr", lr)
-    lam = _check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
-    return 2.0 * lr * lam / math.sqrt(check_positive_int("d_model", d_model))
-
-
-def fitted_growth_rate(steps: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray,
-                       lo: float = 0.02, hi: float = 0.3) -> float:
-    """Least-squares slope (per step) of ``log(values)`` against ``steps`` while the values first rise from ``lo`` to ``hi``.
-
-    The window (the exponential phase) runs from the first value ``>= lo`` to before the first
-    later value ``> hi``, ``0 < lo < hi``; fewer than 3 points there raise ValueError.
-    ``values`` is e.g. the ``"same_topic"`` probe of :func:`run_stage2`.
-    """
-    s, y = np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
-    if s.ndim != 1 or s.shape != y.shape:
-        raise ValueError(f"steps and values must be 1-D of equal length, got shapes {s.shape} and {y.shape}")
-    lo, hi = _check_float("lo", lo), _check_float("hi", hi)
-    if lo >= hi:
-        raise ValueError(f"lo must be < hi, got lo={lo!r}, hi={hi!r}")
-    start = np.flatnonzero(y >= lo)
-    if start.size == 0:
-        raise ValueError(f"values never reach lo={lo}")
-    i0 = int(start[0])
-    above = np.flatnonzero(y[i0:] > hi)
-    i1 = i0 + (int(above[0]) if above.size else y.size - i0)
-    if i1 - i0 < 3 or np.any(y[i0:i1] <= 0):
-        raise ValueError(f"the window [{lo}, {hi}] holds {i1 - i0} positive points; need at least 3")
-    return float(np.polyfit(s[i0:i1], np.log(y[i0:i1]), 1)[0])
 
 
 @dataclass(frozen=True)
@@ -356,7 +255,7 @@ class MaskQueryAttention:
 
 
 def mask_query_attention(pattern: torch.Tensor, inputs: torch.Tensor, selected: torch.Tensor, docs: torch.Tensor,
-                         topic_of_word: torch.Tensor, attend_to_masked: bool) -> MaskQueryAttention:
+                         topic_of_word: torch.Tensor, *, attend_to_masked: bool) -> MaskQueryAttention:
     """Does a ``[MASK]`` query look more at visible word keys of the hidden (true) word's topic? (Expected: no.)
 
     ``pattern`` (batch, query, key) holds attention weights computed with ``selected``;

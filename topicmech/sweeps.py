@@ -1,32 +1,31 @@
 """Ablations and parameter sweeps: how far the topic picture holds beyond the theorems.
 
 Runners that return
-probe summaries for :func:`topicmech.dynamics.run_seeds` / :func:`topicmech.dynamics.run_grid`;
-probes for learned embeddings and several heads; closed forms along a sweep; tidy tables.
-Runs default to hidden keys (``attend_to_masked=False``, the authors' released code).
+probe summaries for :func:`topicmech.runner.run_seeds`, :func:`topicmech.runner.run_grid` and
+:func:`topicmech.runner.sweep_axes`; probes for learned embeddings and several heads; closed forms along a sweep.
+Every runner takes a :class:`topicmech.Setting`, which says the key convention.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from . import stage1, theory
-from .data import LDATopicModel, SimplifiedTopicModel, TopicModel, check_topic_model
-from .dynamics import Sweep, heldout_batch
+from .data import LDATopicModel, TopicModel, heldout_batch, topic_model_for
 from .model import OneLayerTransformer, TwoLayerTransformer
-from .probes import block_means, relation_reader
-from .stage2 import stage2_drive
+from .probes import block_means, relation_reader, topic_growth_eigenvalue
+from .setting import Setting
 from .train import train
-from .utils import as_float64, check_choice, check_float, check_positive_int, check_seeds, map_seeded
+from .utils import as_float64, check_choice, check_positive_int
 
 __all__ = [
-    "stage1_run", "stage1_point", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
-    "value_blocks_along", "stage2_drive_point", "tidy", "sweep_axes", "aggregate",
+    "stage1_point", "STAGE1_SEED_OFFSETS", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
+    "value_blocks_along", "stage2_drive_point",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
 ]
 
@@ -46,14 +45,20 @@ SWEEP_PARAMETERS: tuple[str, ...] = ("num_topics", "words_per_topic", "topics_pe
 _SUMMARY_KEYS = ("diag", "same_topic", "diff_topic", "topic_gap", "diag_excess")
 
 
-def _check_run(topic_model: object, attend_to_masked: object, loss: object, optimizer: object) -> bool:
-    """Shared checks of the runners; returns ``attend_to_masked`` as a bool."""
-    check_topic_model(topic_model)
-    if not isinstance(attend_to_masked, (bool, np.bool_)):
-        raise ValueError(f"attend_to_masked must be True or False, got {attend_to_masked!r}")
+def _check_run(setting: Setting, topic_model: TopicModel | None, loss: object, optimizer: object) -> TopicModel:
+    """Shared checks of the runners; returns the data (:func:`topicmech.data.topic_model_for`)."""
+    data = topic_model_for(setting, topic_model)
     check_choice("loss", loss, ("squared", "cross_entropy"))
     check_choice("optimizer", optimizer, ("sgd", "adam"))
-    return bool(attend_to_masked)
+    return data
+
+
+def _split_changes(setting: Setting, kwargs: dict[str, Any]) -> tuple[Setting, dict[str, Any]]:
+    """``setting`` with the :data:`SWEEP_PARAMETERS` among ``kwargs`` applied, and the other keywords."""
+    changes = {k: kwargs.pop(k) for k in SWEEP_PARAMETERS if k in kwargs}
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+    return (setting.replace(**changes) if changes else setting), kwargs
 
 
 def _summarise_value(W: np.ndarray, topic_of_word: torch.Tensor) -> dict[str, float]:
@@ -68,30 +73,34 @@ def _tail_loss(losses: Sequence[float]) -> float:
     return float(np.mean(losses[-max(1, len(losses) // 10):]))
 
 
-def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int | None = None, batch_size: int = 128,
-               loss: LossKind = "squared", optimizer: OptimizerKind = "sgd", lr: float | None = None,
-               anneal_steps: int | None = None, l2: float = 0.0, attend_to_masked: bool = False,
-               mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, init_scale: float = 0.0,
-               reference: np.ndarray | None = None, return_matrix: bool = False) -> dict[str, Any]:
-    """Train ``W^V`` under frozen uniform attention (one-hot embeddings, identity head) and summarise it.
+#: Data seeds of the phases of :func:`stage1_point`: ``offset + seed``, run at ``lr`` then ``lr / 10``.
+STAGE1_SEED_OFFSETS: tuple[int, int] = (1000, 500_000)
 
-    SGD defaults come from the exact ``Sigma`` (:func:`topicmech.stage1.sigma_range`; other topic
-    models need ``lr``), with ``c = 4`` for cross-entropy, else 1.
+
+def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None = None,
+                 optimizer: OptimizerKind = "sgd", loss: LossKind = "squared", lr: float | None = None,
+                 steps: int | None = None, anneal_steps: int | None = None, batch_size: int = 128, l2: float = 0.0,
+                 init_scale: float = 0.0, return_matrix: bool = False, **changes: Any) -> dict[str, Any]:
+    """One stage-1 sweep point: build the data, train ``W^V`` (:func:`topicmech.stage1.train_value_matrix`),
+    compare it with the exact optimum.
 
     Parameters
     ----------
     seed : int
-        Seeds the initialisation; ``1000 + seed`` seeds the documents and masks.
-    steps : int, optional
-        SGD ``max(200, ceil(log(100) c / (2 lr (lambda_min + c l2))))``; Adam 400.
-    lr : float, optional
-        SGD ``0.5 c / (lambda_max + c l2)``; Adam :data:`ADAM_LR`.
-    anneal_steps : int, optional
-        Extra steps at ``lr / 10``; default ``steps // 2`` when ``steps`` is derived, else 0.
-    l2, init_scale : float
-        Penalty on ``||W^V||_F^2``; standard deviation of the initial ``W^V``.
-    reference : ndarray, shape (D, D), optional
-        An exact optimum, for ``"rel_error"`` (relative Frobenius distance on the word block).
+        Seeds the initialisation; ``1000 + seed`` and ``500_000 + seed`` the documents and masks
+        of the two phases (:data:`STAGE1_SEED_OFFSETS`).
+    setting : Setting
+        Sizes, document length, masking and key convention; ``changes`` among
+        :data:`SWEEP_PARAMETERS` (``doc_len=16``, ...) change it, so :func:`sweep_axes` can vary them.
+    dirichlet_alpha : float, optional
+        Switches to :class:`~topicmech.data.LDATopicModel` data (the setting's ``topics_per_doc``
+        is then not used).
+    lr, steps, anneal_steps : optional
+        Given ``lr`` and ``steps``, the run is ``steps`` steps at ``lr`` then ``anneal_steps``
+        (default 0) at ``lr / 10``; without them it runs the defaults of
+        :func:`~topicmech.stage1.train_value_matrix`.
+    l2, init_scale, batch_size
+        Ridge weight (also of the exact squared-loss optimum), initial scale, documents per step.
     return_matrix : bool
         Also return the trained ``"W_V"``.
 
@@ -99,75 +108,43 @@ def stage1_run(seed: int, *, topic_model: TopicModel, doc_len: int, steps: int |
     -------
     summary : dict
         ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"mask_col"``,
-        ``"final_loss"`` (last 10% of steps, without L2), optionally ``"rel_error"`` and ``"W_V"``.
+        ``"final_loss"`` (last 10% of steps, without L2), ``"rel_error"`` (relative Frobenius distance
+        of the word block to ``W*``), ``"exact_diag"``, ``"exact_same_topic"``, ``"exact_diff_topic"``,
+        ``"exact_topic_gap"``, ``"exact_diag_excess"``, optionally ``"W_V"``.
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
-    if anneal_steps is None:
-        anneal_steps = -1 if steps is None else 0                  # -1: half the derived steps, set below
-    elif isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
-        raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
-    l2 = check_float("l2", l2, positive=False)
-    if optimizer == "adam":
-        lr = ADAM_LR if lr is None else lr
-        steps = 400 if steps is None else steps
-    elif lr is None or steps is None:
-        lam_min, lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
-                                              mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                                              needs="lr and steps")
-        curv = 4.0 if loss == "cross_entropy" else 1.0         # Hessian <= 2 (lambda + l2) / curv
-        if lr is None:
-            lr = stage1.SAFE_FRACTION * curv / (lam_max + curv * l2)
-        if steps is None:
-            steps = max(200, math.ceil(math.log(100.0) * curv / (2.0 * float(lr) * (lam_min + curv * l2))))
-    steps = check_positive_int("steps", steps)
-    if anneal_steps < 0:
-        anneal_steps = steps // 2
-    model = OneLayerTransformer(topic_model.num_tokens, embedding="one_hot", attention="uniform", value="learned",
-                                head="identity", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
-    common = dict(batch_size=batch_size, doc_len=doc_len, loss=loss, optimizer=optimizer, l2=l2,
-                  mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob)
-    losses = list(train(model, topic_model, steps=steps, lr=lr, seed=1000 + seed, **common).loss)
-    if anneal_steps:
-        losses += train(model, topic_model, steps=int(anneal_steps), lr=float(lr) / 10.0, seed=500_000 + seed,
-                        **common).loss
-    W = model.W_V.detach().double().cpu().numpy()                                  # (D, D)
-    out: dict[str, Any] = _summarise_value(W, topic_model.topic_of_word)
-    out["final_loss"] = _tail_loss(losses)
-    if reference is not None:
-        ref = np.asarray(reference, dtype=np.float64)
-        if ref.shape != W.shape:
-            raise ValueError(f"reference must have shape {W.shape}, got {ref.shape}")
-        V = topic_model.vocab_size
-        out["rel_error"] = float(np.linalg.norm(W[:V, :V] - ref[:V, :V]) / np.linalg.norm(ref[:V, :V]))
+    s, rest = _split_changes(setting, dict(changes))
+    if rest:
+        raise ValueError(f"unknown parameters {sorted(rest)}; parameters: {SWEEP_PARAMETERS}")
+    if dirichlet_alpha is not None:
+        data: TopicModel | None = LDATopicModel(s.num_topics, s.words_per_topic, dirichlet_alpha)
+        W_star = theory.lda_optimal_value_matrix(s, dirichlet_alpha, l2=l2)
+    else:
+        data = None
+        W_star = theory.optimal_value_matrix(s, l2=l2)
+    data = _check_run(s, data, loss, optimizer)
+    if (lr is None) != (steps is None):
+        raise ValueError(f"give both lr and steps, or neither (the defaults), got lr={lr!r}, steps={steps!r}")
+    phases = data_seeds = None
+    if lr is not None:
+        steps = check_positive_int("steps", steps)
+        anneal_steps = 0 if anneal_steps is None else anneal_steps
+        if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, (int, np.integer)) or anneal_steps < 0:
+            raise ValueError(f"anneal_steps must be an int >= 0, got {anneal_steps!r}")
+        phases = [(steps, lr), (int(anneal_steps), float(lr) / 10.0)][:2 if anneal_steps else 1]
+        data_seeds = [offset + seed for offset in STAGE1_SEED_OFFSETS][:len(phases)]
+    elif anneal_steps is not None:
+        raise ValueError("anneal_steps needs lr and steps")
+    run = stage1.train_value_matrix(s, topic_model=data, loss=loss, optimizer=optimizer, phases=phases,
+                                    batch_size=batch_size, l2=l2, init_scale=init_scale, seed=seed,
+                                    data_seeds=data_seeds)
+    W = run.W_V                                                                    # (D, D)
+    out: dict[str, Any] = _summarise_value(W, data.topic_of_word)
+    out["final_loss"] = _tail_loss(run.loss)
+    V = data.vocab_size
+    out["rel_error"] = float(np.linalg.norm(W[:V, :V] - W_star[:V, :V]) / np.linalg.norm(W_star[:V, :V]))
     if return_matrix:
         out["W_V"] = W
-    return out
-
-
-def stage1_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, topics_per_doc: int | None = 2,
-                 alpha: float | None = None, doc_len: int = 32, mask_prob: float = 0.15, keep_prob: float = 0.1,
-                 random_prob: float = 0.1, attend_to_masked: bool = False, l2: float = 0.0, **train_kwargs: Any
-                 ) -> dict[str, Any]:
-    """One stage-1 sweep point: build the data, train ``W^V`` (:func:`stage1_run`), compare with the exact optimum.
-
-    ``T, v, tau, N`` as keywords; ``alpha`` switches to :class:`~topicmech.data.LDATopicModel`
-    data (``topics_per_doc`` is then ignored). Corruption, ``attend_to_masked`` and ``l2`` go to
-    training and to the exact squared-loss reference; ``train_kwargs`` to :func:`stage1_run`.
-    Returns its summary (with ``"rel_error"``) and ``"exact_diag"``, ``"exact_same_topic"``,
-    ``"exact_diff_topic"``, ``"exact_topic_gap"``, ``"exact_diag_excess"``.
-    """
-    args = (doc_len, mask_prob, keep_prob, random_prob, attend_to_masked)
-    if alpha is not None:
-        data: TopicModel = LDATopicModel(num_topics, words_per_topic, alpha)
-        ref = theory.lda_optimal_value_matrix(num_topics, words_per_topic, alpha, *args, l2=l2)
-    elif topics_per_doc is None:
-        raise ValueError("give topics_per_doc (simplified model) or alpha (LDA)")
-    else:
-        data = SimplifiedTopicModel(num_topics, words_per_topic, topics_per_doc)
-        ref = theory.optimal_value_matrix(num_topics, words_per_topic, topics_per_doc, *args, l2=l2)
-    out = stage1_run(seed, topic_model=data, doc_len=doc_len, mask_prob=mask_prob, keep_prob=keep_prob,
-                     random_prob=random_prob, attend_to_masked=attend_to_masked, l2=l2, reference=ref, **train_kwargs)
-    exact = _summarise_value(ref, data.topic_of_word)
+    exact = _summarise_value(W_star, data.topic_of_word)
     out.update({f"exact_{k}": exact[k] for k in _SUMMARY_KEYS})
     return out
 
@@ -223,27 +200,30 @@ def _probe(model: torch.nn.Module, topic_model: TopicModel, doc_len: int,
             head_attention(model, inputs, topic_model.topic_of_word, selected))
 
 
-def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
+def compensation_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None,
                      handicap: Literal["none", "embedding", "attention"] = "none", d_model: int | None = None,
                      steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
-                     optimizer: OptimizerKind = "adam", lr: float | None = None, attend_to_masked: bool = False,
-                     init_scale: float = 0.1, heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                     mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1) -> dict[str, float]:
+                     optimizer: OptimizerKind = "adam", lr: float | None = None, init_scale: float = 0.1,
+                     heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> dict[str, float]:
     """Train embeddings, attention and ``W^V`` together (tied head), with one of the first two handicapped.
 
     Parameters
     ----------
     seed : int
         Seeds the initialisation; ``2000 + seed`` seeds the documents and masks.
+    setting : Setting
+        Sizes, document length, masking and key convention; ``topic_model`` (optional) replaces
+        the setting's simplified data (:func:`topicmech.data.topic_model_for`).
     handicap : {"none", "embedding", "attention"}
         Nothing, embeddings frozen to one-hot, or attention frozen to uniform.
     d_model : int, optional
         Dimension of learned embeddings (default ``D``).
     lr : float, optional
-        Adam :data:`ADAM_LR`; SGD with one-hot embeddings as in :func:`stage1_run`; SGD with
+        Adam :data:`ADAM_LR`; SGD with one-hot embeddings ``0.5 / lambda_max`` (``2 / lambda_max`` for
+        cross-entropy, :func:`topicmech.theory.sigma_range`); SGD with
         learned embeddings has no rule (the tied loss is quartic in ``W_E``): pass ``lr``.
     heldout : (inputs, selected), optional
-        Where attention is read; default 128 clean documents (:func:`topicmech.dynamics.heldout_batch`).
+        Where attention is read; default 128 clean documents (:func:`topicmech.data.heldout_batch`).
 
     Returns
     -------
@@ -252,18 +232,16 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
         ``"attn_self"``, ``"attn_same_word"``, ``"attn_same_topic"``, ``"attn_diff_topic"``, ``"attn_ratio"``
         (same / different topic); ``"value_topic_gap"`` (of ``W_E^T W^V W_E``); ``"final_loss"``.
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
+    topic_model = _check_run(setting, topic_model, loss, optimizer)
     check_choice("handicap", handicap, HANDICAPS)
-    doc_len = check_positive_int("doc_len", doc_len)
+    doc_len, attend_to_masked = setting.doc_len, setting.attend_to_masked
     D = topic_model.num_tokens
     if lr is None:
         if optimizer == "adam":
             lr = ADAM_LR
         elif handicap == "embedding":
-            lam_max = stage1.sigma_range(topic_model, doc_len, attend_to_masked=attend_to_masked,
-                                         mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                                         needs="lr")[1]
-            lr = stage1.SAFE_FRACTION * (4.0 if loss == "cross_entropy" else 1.0) / lam_max
+            lam_max = theory.sigma_range(setting, topic_model=topic_model, needs="lr")[1]
+            lr = theory.stage1_sgd_lr(lam_max, loss=loss)
         else:
             raise ValueError(
                 f"no default SGD learning rate with learned embeddings (handicap={handicap!r}): the tied loss "
@@ -274,8 +252,7 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
                                 attention="uniform" if handicap == "attention" else "learned", value="learned",
                                 head="tied", attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, mask_prob=mask_prob, keep_prob=keep_prob, random_prob=random_prob,
-                    seed=2000 + seed)
+                    optimizer=optimizer, lr=lr, masking=setting.masking, seed=2000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)
     att = att[0, 0]                                                                # (4,)
     with torch.no_grad():
@@ -288,11 +265,10 @@ def compensation_run(seed: int, *, topic_model: TopicModel, doc_len: int,
     }
 
 
-def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: int = 2, num_heads: int = 2,
-             d_model: int = 16, steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
-             optimizer: OptimizerKind = "adam", lr: float | None = None, attend_to_masked: bool = False,
-             init_scale: float = 0.1, heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None
-             ) -> dict[str, Any]:
+def deep_run(seed: int, *, setting: Setting, topic_model: TopicModel | None = None, num_layers: int = 2,
+             num_heads: int = 2, d_model: int = 16, steps: int = 400, batch_size: int = 64, loss: LossKind = "squared",
+             optimizer: OptimizerKind = "adam", lr: float | None = None, init_scale: float = 0.1,
+             heldout: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> dict[str, Any]:
     """Train a :class:`~topicmech.model.TwoLayerTransformer` (residual, LayerNorm, tied head) and probe it.
 
     Arguments as in :func:`compensation_run` (seeds ``seed`` and ``3000 + seed``; SGD needs
@@ -305,17 +281,17 @@ def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: in
         ``"attn_ratio"`` (shape (num_layers, num_heads), same / different topic), ``"min_ratio"``,
         ``"max_ratio"``, ``"final_loss"``, ``"W_E"`` (shape (d, D)).
     """
-    attend_to_masked = _check_run(topic_model, attend_to_masked, loss, optimizer)
-    doc_len = check_positive_int("doc_len", doc_len)
+    topic_model = _check_run(setting, topic_model, loss, optimizer)
+    doc_len = setting.doc_len
     if lr is None:
         if optimizer == "sgd":
             raise ValueError("no default SGD learning rate for the two-layer model (its curvature depends on the "
                              "weights); pass lr, or use optimizer='adam'")
         lr = ADAM_LR
     model = TwoLayerTransformer(topic_model.num_tokens, d_model, num_heads=num_heads, num_layers=num_layers,
-                                attend_to_masked=attend_to_masked, init_scale=init_scale, seed=seed)
+                                attend_to_masked=setting.attend_to_masked, init_scale=init_scale, seed=seed)
     history = train(model, topic_model, steps=steps, batch_size=batch_size, doc_len=doc_len, loss=loss,
-                    optimizer=optimizer, lr=lr, seed=3000 + seed)
+                    optimizer=optimizer, lr=lr, masking=setting.masking, seed=3000 + seed)
     emb, att = _probe(model, topic_model, doc_len, heldout)                        # att: (L, H, 4)
     ratio = att[..., 2] / att[..., 3]                                              # (L, H)
     return {
@@ -325,29 +301,27 @@ def deep_run(seed: int, *, topic_model: TopicModel, doc_len: int, num_layers: in
     }
 
 
-def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int = 8, words_per_topic: int = 4,
-                       topics_per_doc: int = 2, doc_len: int | float = 32, mask_prob: float = 0.15,
-                       keep_prob: float = 0.1, random_prob: float = 0.1, attend_to_masked: bool = False,
+def value_blocks_along(param: str, values: Iterable[float], setting: Setting, *,
                        l2: float = 0.0) -> dict[str, np.ndarray]:
     """Exact stage-1 block values (:func:`topicmech.theory.value_block_coefficients`) while one parameter varies.
 
-    ``param`` is one of :data:`SWEEP_PARAMETERS` (integer ones take integer values); the other
-    keywords fix the rest. Returns arrays of shape (len(values),): ``"x"`` (the values),
-    ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"topic_eigenvalue"``.
+    ``param`` is one of :data:`SWEEP_PARAMETERS` (integer ones take integer values); ``setting``
+    fixes the rest, the convention included. Returns arrays of shape (len(values),): ``"x"`` (the
+    values), ``"diag"``, ``"same_topic"``, ``"diff_topic"``, ``"topic_gap"``, ``"diag_excess"``, ``"topic_eigenvalue"``.
     """
     check_choice("param", param, SWEEP_PARAMETERS)
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
     xs = np.asarray(list(values), dtype=float)
     if xs.ndim != 1 or xs.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got {values!r}")
-    point = dict(zip(SWEEP_PARAMETERS, (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob,
-                                        random_prob)))
     out = {k: np.empty(xs.size) for k in (*_SUMMARY_KEYS, "topic_eigenvalue")}
     for i, x in enumerate(xs):
         if param in SWEEP_PARAMETERS[:4] and not (math.isinf(x) and param == "doc_len"):
             if x != round(x):
                 raise ValueError(f"values of {param} must be integers, got {x!r}")
             x = int(round(x))
-        b = theory.value_block_coefficients(**{**point, param: x}, attend_to_masked=attend_to_masked, l2=l2)
+        b = theory.value_block_coefficients(setting.replace(**{param: x}), l2=l2)
         for k, val in zip(out, (b.diag, b.same_topic, b.diff_topic, b.same_topic - b.diff_topic,
                                 b.diag - b.same_topic, b.topic_eigenvalue)):
             out[k][i] = val
@@ -355,141 +329,26 @@ def value_blocks_along(param: str, values: Iterable[float], *, num_topics: int =
     return out
 
 
-def stage2_drive_point(seed: int, *, num_topics: int = 8, words_per_topic: int = 4, topics_per_doc: int = 2,
-                       doc_len: int = 32, mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1,
-                       num_docs: int | None = None) -> dict[str, float]:
+def stage2_drive_point(seed: int, *, setting: Setting, num_docs: int | None = None,
+                       **changes: Any) -> dict[str, float]:
     """Monte-Carlo (``num_docs`` documents, :func:`topicmech.theory.key_query_gradient`) and exact stage-2 drive.
 
-    Default ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
+    ``setting`` must hide masked keys (the exact drive's convention); ``changes`` (among
+    :data:`SWEEP_PARAMETERS`) change it, so :func:`sweep_axes` can vary them. Default
+    ``num_docs``: 128,000 tokens' worth (``128_000 // doc_len``), which keeps the relative
     error of one estimate at about 2.5% along every axis (short documents carry less signal each).
-    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`stage2_drive`), for :func:`sweep_axes`.
+    Returns ``{"mc_drive": ..., "exact_drive": ...}`` (:func:`topicmech.theory.stage2_drive`), for :func:`topicmech.runner.sweep_axes`.
     """
-    from .dynamics import topic_growth_eigenvalue
+    s, rest = _split_changes(setting, dict(changes))
+    if rest:
+        raise ValueError(f"unknown parameters {sorted(rest)}; parameters: {SWEEP_PARAMETERS}")
+    if s.attend_to_masked:
+        raise ValueError("stage2_drive_point needs a setting with attend_to_masked=False (the exact drive hides "
+                         "masked keys)")
+    doc_len = s.doc_len
+    num_docs = max(1, 128_000 // doc_len) if num_docs is None else num_docs
 
-    num_docs = max(1, 128_000 // check_positive_int("doc_len", doc_len)) if num_docs is None else num_docs
-
-    setting = (num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob)
-    W = theory.optimal_value_matrix(*setting, random_prob, attend_to_masked=False)
-    G = theory.key_query_gradient(W, *setting[:4], num_docs, mask_prob, keep_prob, random_prob,
-                                  attend_to_masked=False, seed=seed)                  # (D, D)
-    topic = np.arange(num_topics * words_per_topic) // words_per_topic
-    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": stage2_drive(*setting)}
-
-
-def _is_scalar(x: object) -> bool:
-    return isinstance(x, (bool, int, float, str, np.integer, np.floating, np.bool_)) or x is None
-
-
-def _plain(x: object) -> object:
-    return x.item() if isinstance(x, (np.bool_, np.integer, np.floating)) else x
-
-
-def tidy(sweep: Sweep, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Flatten a :class:`topicmech.dynamics.Sweep` of mappings into rows ``{"seed", <parameters>, <results>}``.
-
-    ``keys`` selects result entries (default: every scalar one); values become Python scalars.
-
-    Examples
-    --------
-    >>> from topicmech.dynamics import run_grid
-    >>> sweep = run_grid(lambda seed, n: {"y": n + seed, "arr": [1, 2]}, {"n": [10, 20]}, seeds=2)
-    >>> tidy(sweep)[1]
-    {'seed': 1, 'n': 10, 'y': 11}
-    """
-    if not isinstance(sweep, Sweep):
-        raise ValueError(f"sweep must be a topicmech.dynamics.Sweep, got {type(sweep).__name__}")
-    rows = []
-    for rec in sweep.records:
-        res = rec["result"]
-        if not isinstance(res, Mapping):
-            raise ValueError(f"tidy needs results that are mappings, got {type(res).__name__}")
-        row = {k: _plain(v) for k, v in rec.items() if k != "result"}
-        for k in (res if keys is None else keys):
-            if k not in res:
-                raise ValueError(f"no entry {k!r} in the results; entries: {sorted(res)}")
-            if k in row:
-                raise ValueError(f"result entry {k!r} clashes with a parameter of the same name")
-            if _is_scalar(res[k]):
-                row[k] = _plain(res[k])
-            elif keys is not None:
-                raise ValueError(f"result entry {k!r} is not a scalar (type {type(res[k]).__name__})")
-        rows.append(row)
-    return rows
-
-
-def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence[Any]], seeds: Iterable[int] | int, *,
-               base: Mapping[str, Any] | None = None, reseed: bool = True,
-               n_jobs: int | None = None) -> list[dict[str, Any]]:
-    """Vary one parameter at a time around ``base``, over several seeds; return tidy rows.
-
-    Unlike :func:`topicmech.dynamics.run_grid` (the product of the axes), each axis of ``axes``
-    (name to values) is swept with the others at ``base``; shared points run once. ``fn(seed=seed,
-    **params)`` returns a mapping; ``reseed`` calls :func:`topicmech.utils.seed_everything` first;
-    ``n_jobs`` processes run the distinct points (:func:`topicmech.utils.parallel_map`).
-    Rows ``{"param", "value", "seed", <scalar results>}`` by axis, value, seed.
-
-    Examples
-    --------
-    >>> rows = sweep_axes(lambda seed, a=0, b=0: {"y": 10 * a + b}, {"a": [1, 2], "b": [5]}, seeds=1)
-    >>> [(r["param"], r["value"], r["y"]) for r in rows]
-    [('a', 1, 10), ('a', 2, 20), ('b', 5, 5)]
-    """
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
-    if not isinstance(axes, Mapping) or not axes:
-        raise ValueError(f"axes must be a non-empty mapping of parameter names to values, got {axes!r}")
-    base = dict(base or {})
-    axes = {k: [] if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) else list(v) for k, v in axes.items()}
-    for k, vals in axes.items():
-        if k in ("seed", "param", "value"):
-            raise ValueError(f"axis names must not be 'seed', 'param' or 'value', got {k!r}")
-        if not vals:
-            raise ValueError(f"axes[{k!r}] must be a non-empty sequence, got {vals!r}")
-    seed_list = check_seeds(seeds)
-    points = [(axis, value, seed, {**base, axis: value}) for axis, vals in axes.items() for value in vals
-              for seed in seed_list]
-    keys = [(seed, tuple(sorted((k, repr(v)) for k, v in params.items()))) for _, _, seed, params in points]
-    tasks = {key: (seed, params) for key, (_, _, seed, params) in zip(keys, points)}   # shared points run once
-    results = dict(zip(tasks, map_seeded(fn, list(tasks.values()), reseed, n_jobs=n_jobs)))
-    rows = []
-    for key, (axis, value, seed, _) in zip(keys, points):
-        if not isinstance(results[key], Mapping):
-            raise ValueError(f"fn must return a mapping, got {type(results[key]).__name__}")
-        row: dict[str, Any] = {"param": axis, "value": _plain(value), "seed": seed}
-        row.update({k: _plain(v) for k, v in results[key].items() if _is_scalar(v) and k not in row})
-        rows.append(row)
-    return rows
-
-
-def aggregate(rows: Sequence[Mapping[str, Any]], by: Sequence[str], values: Sequence[str]) -> list[dict[str, Any]]:
-    """Group tidy rows by the ``by`` columns (first-seen order; empty: one group) and summarise ``values``.
-
-    Each group's row holds the ``by`` columns, ``"{col}_mean"``, ``"{col}_std"`` (sample, 0 for
-    one row), ``"{col}_min"``, ``"{col}_max"`` and ``"count"``.
-
-    Examples
-    --------
-    >>> rows = [{"n": 1, "y": 1.0}, {"n": 1, "y": 3.0}, {"n": 2, "y": 5.0}]
-    >>> aggregate(rows, ["n"], ["y"])[0]["y_mean"]
-    2.0
-    """
-    if isinstance(by, str) or isinstance(values, str):
-        raise ValueError("by and values must be sequences of column names, not strings")
-    if not rows:
-        raise ValueError("rows must not be empty")
-    for col in (*by, *values):
-        if any(col not in r for r in rows):
-            raise ValueError(f"column {col!r} is missing from some rows; columns: {sorted(rows[0])}")
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[c] for c in by), []).append(r)
-    out = []
-    for key, members in groups.items():
-        row: dict[str, Any] = dict(zip(by, key))
-        for col in values:
-            x = np.asarray([m[col] for m in members], dtype=float)
-            row.update({f"{col}_mean": float(x.mean()), f"{col}_std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-                        f"{col}_min": float(x.min()), f"{col}_max": float(x.max())})
-        row["count"] = len(members)
-        out.append(row)
-    return out
+    W = theory.optimal_value_matrix(s)
+    G = theory.key_query_gradient(W, s, num_docs, seed=seed)                       # (D, D)
+    topic = np.arange(s.num_topics * s.words_per_topic) // s.words_per_topic
+    return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": theory.stage2_drive(s)}

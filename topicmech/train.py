@@ -1,26 +1,28 @@
 """Masked-language-modelling training: the loss at the selected positions only, fresh masks every
-step, an L2 penalty ``l2 sum ||W||_F^2`` over the trained matrices. :func:`train` takes a fast path
-of :mod:`topicmech.fast` when one applies; the forward pass and :func:`mlm_loss` are the reference.
+step, an L2 penalty ``l2 sum ||W||_F^2`` over the trained matrices. :func:`train` is the one
+training loop; it takes a fast path of :mod:`topicmech.fast` when one applies, and the model's
+forward pass with :func:`topicmech.losses.mlm_loss` is the reference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .data import TopicModel, _corrupt, check_docs
-from .utils import check_choice, check_float, check_masking, check_positive_int, make_generator
+from . import fast
+from .data import TopicModel, check_docs, corrupt
+from .losses import LOSS_KINDS, LossKind, mlm_loss
+from .setting import BERT_MASKING, Masking
+from .utils import check_choice, check_float, check_positive_int, check_seed, make_generator, spawn_seeds
 
-__all__ = ["History", "mlm_loss", "train"]
+__all__ = ["History", "check_phases", "train", "train_uniform"]
 
-LossKind = Literal["squared", "cross_entropy"]
-_LOSSES = ("squared", "cross_entropy")
 Probe = Callable[[nn.Module], "float | torch.Tensor | np.ndarray"]
 
 
@@ -55,32 +57,6 @@ class History:
         return out
 
 
-def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor, kind: LossKind = "squared") -> torch.Tensor:
-    """Mean loss at the ``selected`` positions (BoolTensor ``(batch, N)``; 0 if none) of ``logits``
-    ``(batch, N, D)`` against the true words ``targets`` ``(batch, N)``: ``kind="squared"``,
-    ``||f - e_y||^2`` (the theory's loss), or ``"cross_entropy"`` over the ``D`` tokens."""
-    check_choice("kind", kind, _LOSSES)
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(f"logits must be a tensor of shape (batch, N, D), got {type(logits).__name__}")
-    shape = tuple(logits.shape[:2])
-    if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or tuple(selected.shape) != shape:
-        raise ValueError(f"selected must be a BoolTensor of shape {shape}, got {type(selected).__name__} "
-                         f"{tuple(getattr(selected, 'shape', ()))} {getattr(selected, 'dtype', '')}")
-    if not isinstance(targets, torch.Tensor) or tuple(targets.shape) != shape:
-        raise ValueError(f"targets must be a LongTensor of shape {shape}, got {tuple(getattr(targets, 'shape', ()))}")
-    return _mlm_loss(logits, check_docs(targets, logits.shape[-1], name="targets"), selected, kind)
-
-
-def _mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor, kind: str) -> torch.Tensor:
-    f = logits[selected]                                                        # (n_sel, D)
-    y = targets[selected]                                                       # (n_sel,)
-    if f.shape[0] == 0:
-        return logits.sum() * 0.0
-    if kind == "squared":  # ||f - e_y||^2 = ||f||^2 - 2 f_y + 1
-        return (f.pow(2).sum(-1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).mean()
-    return F.cross_entropy(f, y)
-
-
 def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], step: int) -> None:
     history.probe_step.append(step)
     with torch.no_grad():
@@ -95,7 +71,7 @@ def _record(history: History, model: nn.Module, probes: Mapping[str, Probe], ste
 
 
 def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_len: int,
-             lengths: torch.Tensor | None, masking: tuple[float, float, float], gen: torch.Generator,
+             lengths: torch.Tensor | None, masking: Masking, gen: torch.Generator,
              vocab_size: int, device: torch.device) -> Iterator[tuple[torch.Tensor, ...]]:
     """``(docs, inputs, selected, valid)`` of each step, drawn on the CPU (one random stream everywhere)."""
     arange = torch.arange(doc_len)
@@ -107,7 +83,8 @@ def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_l
             docs = data[idx]                                                        # (B, N)
         sel_u, branch = torch.rand(docs.shape, generator=gen), torch.rand(docs.shape, generator=gen)
         words = torch.randint(vocab_size, docs.shape, generator=gen)                # bert_mask's three draws
-        inputs, selected = _corrupt(docs, sel_u, branch, words, vocab_size, *masking)
+        inputs, selected = corrupt(docs, sel_u, branch, words, vocab_size,
+                                   masking.mask_prob, masking.keep_prob, masking.random_prob)
         valid = None if lengths is None else arange[None, :] < lengths[idx][:, None]  # (B, N)
         batch = (docs, inputs, selected, valid)
         if device.type != "cpu":
@@ -115,10 +92,37 @@ def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_l
         yield batch
 
 
-def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batch_size: int = 64,
+def check_phases(phases: object, name: str = "phases") -> tuple[tuple[int, float], ...]:
+    """Raise ``ValueError`` naming ``name`` unless ``phases`` is a non-empty sequence of ``(steps, lr)``
+    pairs with int ``steps >= 1`` and finite ``lr > 0``; return it as a tuple of ``(int, float)`` pairs."""
+    bad = ValueError(f"{name} must be a non-empty sequence of (steps, lr) pairs, steps >= 1 and lr > 0, got {phases!r}")
+    try:
+        pairs = [tuple(p) for p in phases]  # type: ignore[union-attr]
+        out = tuple((int(steps), float(lr)) for steps, lr in pairs)
+    except (TypeError, ValueError):
+        raise bad from None
+    if not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s, _ in pairs) \
+            or any(isinstance(lr, (bool, str, bytes)) for _, lr in pairs) \
+            or any(s < 1 or not (math.isfinite(lr) and lr > 0) for s, lr in out):
+        raise bad
+    return out
+
+
+def _phase_seeds(seed: object, num_phases: int) -> list[int]:
+    """One data seed per phase: a sequence of ``num_phases`` seeds as given, or
+    :func:`~topicmech.utils.spawn_seeds` of an int."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return spawn_seeds(int(seed), num_phases)
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, Sequence) or len(seed) != num_phases:
+        raise ValueError(f"seed must be an int or a sequence of {num_phases} ints (one per phase), got {seed!r}")
+    return [check_seed(s) for s in seed]
+
+
+def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | None = None, lr: float | None = None,
+          phases: Sequence[tuple[int, float]] | None = None, batch_size: int = 64,
           doc_len: int | None = None, loss: LossKind = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
-          lr: float | None = None, l2: float = 0.0, mask_prob: float = 0.15, keep_prob: float = 0.1,
-          random_prob: float = 0.1, seed: int = 0, probes: Mapping[str, Probe] | None = None,
+          l2: float = 0.0, masking: Masking = BERT_MASKING, seed: int | Sequence[int] = 0,
+          probes: Mapping[str, Probe] | None = None,
           probe_every: int | None = None, progress: bool = False, lengths: torch.Tensor | None = None,
           check_every: int | None = None, path: Literal["auto", "fast", "reference"] = "auto") -> History:
     """Train the tensors with ``requires_grad`` of ``model`` by masked language modelling.
@@ -128,39 +132,56 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     data : TopicModel or LongTensor of shape (num_docs, N)
         A topic model draws ``batch_size`` fresh documents of length ``doc_len`` every step;
         a tensor of documents is resampled with replacement.
+    steps, lr : int, float, optional
+        One phase of ``steps`` steps at learning rate ``lr`` (default 1.0 for SGD, 1e-2 for Adam).
+    phases : sequence of (steps, lr), optional
+        Instead of ``steps`` and ``lr``: a piecewise-constant (step-decayed) schedule, the
+        phases run one after the other, each with a fresh optimizer (fresh Adam moments) and
+        its own data seed; steps are numbered across phases (see :func:`check_phases`).
     loss, optimizer : {"squared", "cross_entropy"}, {"sgd", "adam"}
-        See :func:`mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
-    lr : float, optional
-        Defaults to 1.0 for SGD and 1e-2 for Adam.
-    mask_prob, keep_prob, random_prob : float
-        BERT corruption, drawn afresh every step with the documents from ``seed``.
+        See :func:`topicmech.losses.mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
+    masking : Masking
+        BERT corruption (default :data:`~topicmech.setting.BERT_MASKING`), drawn afresh every
+        step with the documents from ``seed``.
+    seed : int or sequence of int
+        Seeds the documents and masks. With ``phases``, one seed per phase, or an int from
+        which they are spawned (:func:`topicmech.utils.spawn_seeds`).
     probes : dict of str to callable, optional
-        Functions of the model recorded before training, every ``probe_every`` steps
-        (default ``max(1, steps // 50)``) and at the end.
+        Functions of the model recorded before training, every ``probe_every`` steps of a phase
+        (default ``max(1, steps // 50)`` of that phase) and at the end of each phase.
     lengths : LongTensor of shape (num_docs,), optional
         Real lengths of padded tensor ``data`` (fast paths only); the rest is never a key or selected.
     check_every : int, optional
-        Check the loss for NaN/inf every ``check_every`` steps and at the end (default 100 on
-        the uniform-attention path, else 1); ``FloatingPointError`` if it is not finite.
+        Check the loss for NaN/inf every ``check_every`` steps of a phase and at its end (default
+        100 on the uniform-attention path, else 1); ``FloatingPointError`` if it is not finite.
     path : {"auto", "fast", "reference"}
         ``"auto"`` takes a fast path when one applies (:func:`topicmech.fast.fast_path`),
         ``"fast"`` raises if none does, ``"reference"`` always uses the model's forward pass and
-        :func:`mlm_loss`. All draw the same documents and masks and agree up to rounding.
+        :func:`topicmech.losses.mlm_loss`. All draw the same documents and masks and agree up to rounding.
     """
-    steps = check_positive_int("steps", steps)
-    batch_size = check_positive_int("batch_size", batch_size)
-    masking = check_masking(mask_prob, keep_prob, random_prob)
-    check_choice("loss", loss, _LOSSES)
     check_choice("optimizer", optimizer, ("sgd", "adam"))
-    lr = check_float("lr", {"sgd": 1.0, "adam": 1e-2}[optimizer] if lr is None else lr)
+    if phases is None:
+        if steps is None:
+            raise ValueError("train needs steps (and optionally lr) or phases=[(steps, lr), ...], got neither")
+        phases = ((check_positive_int("steps", steps),
+                   check_float("lr", {"sgd": 1.0, "adam": 1e-2}[optimizer] if lr is None else lr)),)
+        seeds = [seed]
+    else:
+        if steps is not None or lr is not None:
+            raise ValueError(f"phases replaces steps and lr: give one or the other, got phases={phases!r}, "
+                             f"steps={steps!r}, lr={lr!r}")
+        phases = check_phases(phases)
+        seeds = _phase_seeds(seed, len(phases))
+    batch_size = check_positive_int("batch_size", batch_size)
+    if not isinstance(masking, Masking):
+        raise ValueError(f"masking must be a topicmech.Masking, got {masking!r}")
+    check_choice("loss", loss, LOSS_KINDS)
     l2 = check_float("l2", l2, positive=False)
     if not isinstance(model, nn.Module) or not isinstance(getattr(model, "num_tokens", None), int):
         raise ValueError(f"model must be a OneLayerTransformer or TwoLayerTransformer, got {type(model).__name__}")
     if probes is not None and (not isinstance(probes, Mapping)
                                or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
         raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
-    from . import fast  # fast imports this module
-
     route = None if check_choice("path", path, ("auto", "fast", "reference")) == "reference" else fast.fast_path(model)
     if path == "fast" and route is None:
         raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, got {type(model).__name__}")
@@ -181,31 +202,23 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
         if lengths is not None:
             if route is None:
                 raise ValueError("lengths (padded documents) needs a fast path: a OneLayerTransformer, path 'auto'/'fast'")
-            lengths = fast._check_lengths(lengths, data.shape[0], doc_len)
+            lengths = fast.check_lengths(lengths, data.shape[0], doc_len)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (everything is frozen)")
-    # torch.optim's kernels without its classes (see fast.TorchOptimKernels); the general path keeps
-    # the default (unfused) Adam's arithmetic
-    opt = fast.TorchOptimKernels(params, optimizer, lr, fused=route is not None)
     probes = dict(probes or {})
-    probe_every = max(1, steps // 50) if probe_every is None else check_positive_int("probe_every", probe_every)
-    gen, device = make_generator(seed), params[0].device
-    closed_form = route == "uniform" and fast._value_only(model, params)
-    if route == "uniform":
-        batches = fast._uniform_batches(model, data, steps, batch_size, doc_len, lengths, masking, gen,
-                                        params[0].dtype, device)
-    else:
-        batches = _batches(data, steps, batch_size, doc_len, lengths, masking, gen, model.num_tokens - 1, device)
+    if probe_every is not None:
+        probe_every = check_positive_int("probe_every", probe_every)
+    closed_form = route == "uniform" and fast.is_value_only(model, params)
 
     def loss_of(*batch: torch.Tensor) -> torch.Tensor:
         if route == "uniform":
             xbar, Y, n, n_total = batch
-            return fast.uniform_loss(fast._logits_from_xbar(model, xbar), Y, n, loss, n_total)
+            return fast.uniform_loss(fast.logits_from_xbar(model, xbar), Y, n, loss, n_total)
         docs, inputs, selected, valid = batch
         if route == "learned":
-            return fast._selected_loss(model, inputs, docs, selected, loss, valid)
-        return _mlm_loss(model(inputs, selected), docs, selected, loss)
+            return fast.selected_loss(model, inputs, docs, selected, loss, valid=valid, check=False)
+        return mlm_loss(model(inputs, selected), docs, selected, loss, check=False)
 
     history = History()
     _record(history, model, probes, 0)
@@ -213,39 +226,63 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int, batc
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=steps, desc="train", leave=False)
-    losses: list[torch.Tensor] = []
-    totals: list[torch.Tensor] = []  # loss + L2, checked for NaN/inf
-    checked = 0
+        bar = tqdm(total=sum(n for n, _ in phases), desc="train", leave=False)
+    offset = 0
     try:
-        for step, batch in enumerate(batches, 1):
-            if closed_form:
-                with torch.no_grad():
-                    value, total, params[0].grad = fast._value_step(params[0], *batch, loss, l2)
+        for (steps, lr), seed in zip(phases, seeds):
+            # a fresh optimizer and data stream per phase: torch.optim's kernels without its classes
+            # (see fast.TorchOptimKernels); the general path keeps the default (unfused) Adam's arithmetic
+            opt = fast.TorchOptimKernels(params, optimizer, lr, fused=route is not None)
+            every = max(1, steps // 50) if probe_every is None else probe_every
+            gen, device = make_generator(seed), params[0].device
+            if route == "uniform":
+                batches = fast.uniform_batches(model, data, steps, batch_size, doc_len, lengths, masking, gen,
+                                               params[0].dtype, device)
             else:
-                value = loss_of(*batch)
-                total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
-                opt.zero_grad(set_to_none=True)
-                total.backward()
-                value, total = value.detach(), total.detach()
-            losses.append(value)
-            totals.append(total)
-            # checked before the update; check_every > 1 saves a synchronisation with the device per step
-            if step % check_every == 0 or step == steps or (probes and step % probe_every == 0):
-                seg = torch.stack(totals[checked:step])
-                bad = ~torch.isfinite(seg)
-                if bool(bad.any()):
-                    first = int(bad.nonzero()[0, 0])
-                    raise FloatingPointError(f"non-finite loss {float(seg[first])} at step {checked + first + 1}; "
-                                             f"lower the learning rate (lr={lr})")
-                checked = step
-            opt.step()
-            if probes and (step % probe_every == 0 or step == steps):
-                _record(history, model, probes, step)
-            if bar is not None:
-                bar.update(1)
+                batches = _batches(data, steps, batch_size, doc_len, lengths, masking, gen, model.num_tokens - 1,
+                                   device)
+            losses: list[torch.Tensor] = []
+            totals: list[torch.Tensor] = []  # loss + L2, checked for NaN/inf
+            checked = 0
+            for step, batch in enumerate(batches, 1):
+                if closed_form:
+                    with torch.no_grad():
+                        value, total, params[0].grad = fast.value_step(params[0], *batch, loss, l2)
+                else:
+                    value = loss_of(*batch)
+                    total = value + l2 * sum(p.pow(2).sum() for p in params) if l2 > 0 else value
+                    opt.zero_grad(set_to_none=True)
+                    total.backward()
+                    value, total = value.detach(), total.detach()
+                losses.append(value)
+                totals.append(total)
+                # checked before the update; check_every > 1 saves a synchronisation with the device per step
+                if step % check_every == 0 or step == steps or (probes and step % every == 0):
+                    seg = torch.stack(totals[checked:step])
+                    bad = ~torch.isfinite(seg)
+                    if bool(bad.any()):
+                        first = int(bad.nonzero()[0, 0])
+                        raise FloatingPointError(f"non-finite loss {float(seg[first])} at step "
+                                                 f"{offset + checked + first + 1}; lower the learning rate (lr={lr})")
+                    checked = step
+                opt.step()
+                if probes and (step % every == 0 or step == steps):
+                    _record(history, model, probes, offset + step)
+                if bar is not None:
+                    bar.update(1)
+            history.loss.extend(torch.stack(losses).tolist())
+            offset += steps
     finally:
         if bar is not None:
             bar.close()
-    history.step, history.loss = list(range(1, steps + 1)), torch.stack(losses).tolist()
+    history.step = list(range(1, offset + 1))
     return history
+
+def train_uniform(model: nn.Module, data: TopicModel | torch.Tensor, **kwargs: object) -> History:
+    """:func:`train` with ``path="fast"`` for a uniform-attention
+    :class:`~topicmech.model.OneLayerTransformer` (``ValueError`` for any other model); same
+    keyword arguments and result."""
+    if fast.fast_path(model) != "uniform":
+        raise ValueError("model must be a OneLayerTransformer with attention='uniform' and no forward hooks "
+                         f"(use topicmech.train.train otherwise), got {type(model).__name__}")
+    return train(model, data, path="fast", **kwargs)

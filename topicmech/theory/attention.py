@@ -1,25 +1,230 @@
-"""The authors' stage-2 result: the optimal attention within the tied-score family (book ch. 5).
+"""Stage 2 in closed form and by Monte Carlo: the gradient in the key-query scores, the drive that
+sets the stage-2 learning rate, and the authors' optimal tied attention (book ch. 5 and its appendix).
 
-Scores depend only on the relation of key and query token on the masked document (same token
-``c_1``, same topic ``c_2``, otherwise ``c_3``; ``alpha = c_2 / c_3``, ``beta = c_1 / c_3``), with
-``W^V`` frozen at the stage-1 optimum. The loss is estimated on one fixed Monte-Carlo sample.
+``G = dL/dA`` at uniform attention (``A = 0``) with ``W^V`` fixed, ``G[key_token, query_token]``:
+on a sample (:func:`empirical_key_query_gradient`), by Monte Carlo (:func:`key_query_gradient`),
+its N -> inf limit (:func:`key_query_gradient_limit`) and its exact hidden-key value
+(:func:`hidden_key_gradient`, :func:`stage2_drive`, :func:`default_stage2_lr`).
+
+Tied attention: scores depend only on the relation of key and query token on the masked document
+(same token ``c_1``, same topic ``c_2``, otherwise ``c_3``; the authors' ratios
+``alpha = c_2 / c_3``, ``beta = c_1 / c_3``), with ``W^V`` frozen at the stage-1 optimum; the loss
+is estimated on one fixed Monte-Carlo sample (:func:`tied_attention_objective`,
+:func:`tied_attention_optimum`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
-from . import theory
-from .utils import check_float, check_positive_int, check_seed
+from ..setting import Masking, Setting, check_attend_to_masked
+from ..utils import check_float, check_positive_int, check_seed
+from .estimates import check_sample, chunks, doc_counts, sample_chunks
+from .value import (
+    check_setting,
+    kappa,
+    moments,
+    optimal_value_matrix,
+    population_loss,
+    topic_eigenvalue,
+    value_block_coefficients,
+)
 
 __all__ = [
-    "TiedAttentionObjective", "TiedAttentionOptimum", "tied_attention_objective", "tied_attention_optimum",
-    "tied_score_matrix", "weighted_ratio",
+    "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
+    "hidden_key_gradient", "stage2_drive", "default_stage2_lr", "TiedAttentionObjective", "TiedAttentionOptimum",
+    "tied_attention_objective", "tied_attention_optimum", "tied_score_matrix", "weighted_ratio",
 ]
 
+
+# ---- the gradient in the key-query scores ---------------------------------------------------------
+def _key_query_sum(W: np.ndarray, x: np.ndarray, s: np.ndarray, y: np.ndarray,
+                   attend_to_masked: bool) -> tuple[np.ndarray, int]:
+    """Sum over the usable selected positions of their ``dL/dA`` terms (flat, D*D) and their count."""
+    D = W.shape[0]
+    G = np.zeros(D * D)
+    count = 0
+    for xs, ss, ys, att, n_att in chunks(x, s, y, D, attend_to_masked):
+        dq, iq = np.nonzero(ss & (n_att > 0)[:, None])  # (M,) selected query positions
+        if dq.size == 0:
+            continue
+        xbar = doc_counts(xs, att, D) / np.maximum(n_att, 1)[:, None]  # (n, D)
+        P = xbar @ W.T  # (n, D) predictions W xbar
+        g = P @ W  # (n, D): g[d, u] = P_d^T W[:, u]
+        pp = np.einsum("nd,nd->n", P, P)  # (n,)
+        yq, tq, keys = ys[dq, iq], xs[dq, iq], xs[dq]  # (M,) targets, (M,) queries, (M, N) key tokens
+        # r_i^T W (e_{x_k} - xbar_i) = g[x_k] - W[y, x_k] - (|P|^2 - P[y])
+        score = g[dq[:, None], keys] - W[yq[:, None], keys] - (pp[dq] - P[dq, yq])[:, None]  # (M, N)
+        weight = (2.0 / n_att[dq])[:, None] * score * att[dq]  # (M, N)
+        G += np.bincount((keys * D + tq[:, None]).ravel(), weights=weight.ravel(), minlength=D * D)
+        count += dq.size
+    return G, count
+
+
+
+
+def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected: Any, docs: Any, *,
+                                 attend_to_masked: bool) -> np.ndarray:
+    """Gradient ``G = dL/dA`` at ``A = 0`` (uniform attention) on a given sample.
+
+    Each selected position i with ``n_i >= 1`` attended keys adds
+    ``(2 / n_i) r_i^T W (x_k - xbar_i)`` to ``G[x_k, x_i]`` for every attended key k, with
+    ``r_i = W xbar_i - e_{y_i}``; the total is divided by the number of such positions.
+
+    Parameters
+    ----------
+    value_matrix : ndarray, shape (D, D)
+        W.
+    inputs, selected, docs : tensors or ndarrays, shape (num_docs, doc_len)
+        As in :func:`least_squares_value_matrix`.
+    attend_to_masked : bool, keyword only
+        The key convention.
+
+    Returns
+    -------
+    G : ndarray, shape (D, D)
+        ``G[key_token, query_token]``; gradient descent moves A along -G.
+    """
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
+    W = np.asarray(value_matrix, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] != W.shape[1]:
+        raise ValueError(f"value_matrix must be square (D, D), got shape {W.shape}")
+    G, count = _key_query_sum(W, *check_sample(inputs, selected, docs, W.shape[0]), attend_to_masked)
+    if count == 0:
+        raise ValueError("selected has no usable position (none selected, or none with a visible key)")
+    return (G / count).reshape(W.shape)
+
+
+def key_query_gradient(value_matrix: np.ndarray, setting: Setting, num_docs: int, seed: int = 0) -> np.ndarray:
+    """Monte-Carlo estimate of ``G = dL/dA`` at uniform attention with a fixed value matrix.
+
+    Samples ``num_docs`` documents (:class:`topicmech.data.SimplifiedTopicModel`, corrupted by
+    :func:`topicmech.data.bert_mask`) in chunks with derived seeds, and applies
+    :func:`empirical_key_query_gradient` to all of them.
+
+    Parameters
+    ----------
+    value_matrix : ndarray, shape (D, D)
+        Usually :func:`optimal_value_matrix` of the same setting.
+    setting : Setting
+        As in :func:`moments` (``doc_len`` finite).
+    num_docs, seed : int
+        Documents sampled; their seed.
+
+    Returns
+    -------
+    G : ndarray, shape (D, D)
+        ``G[key_token, query_token]``.
+    """
+    p = check_setting(setting)
+    if math.isinf(p.N):
+        raise ValueError(f"doc_len must be finite for sampling, got {p.N!r}")
+    n_docs = check_positive_int("num_docs", num_docs)
+    W = np.asarray(value_matrix, dtype=np.float64)
+    if W.shape != (p.D, p.D):
+        raise ValueError(f"value_matrix must have shape {(p.D, p.D)}, got {W.shape}")
+    G, total = np.zeros(p.D * p.D), 0
+    for docs, inputs, selected in sample_chunks(p, n_docs, seed, 1 << 15):
+        G_c, n_c = _key_query_sum(W, inputs, selected, docs, p.attend_to_masked)
+        G += G_c
+        total += n_c
+    if total == 0:
+        raise ValueError("no selected position with a visible key was sampled; increase num_docs or mask_prob")
+    return (G / total).reshape(p.D, p.D)
+
+
+def key_query_gradient_limit(setting: Setting) -> dict[str, float]:
+    """Leading-order ``dL/dA`` for a word query: hidden keys, N -> inf, ``W = B / v``.
+
+    Only kept queries carry a topic signal: ``G_same = -2 p_c (tau - 1) / (V tau^2 v^2)`` for a
+    key of the query's topic (the same word included) and ``G_diff = -G_same / (T - 1)``
+    otherwise. Reads ``num_topics``, ``words_per_topic``, ``topics_per_doc`` and ``keep_prob``
+    only (not ``doc_len``, ``mask_prob`` or ``attend_to_masked``).
+
+    Returns
+    -------
+    limit : dict
+        ``"same_word"``, ``"same_topic"``, ``"diff_topic"`` and ``"ratio"``
+        (``same_topic / diff_topic = -(T - 1)``); nan entries when T == 1.
+    """
+    s = check_setting(setting)
+    T, v, tau, p_c = s.T, s.v, s.tau, s.p_c
+    V = T * v
+    g_same = -2.0 * p_c * (tau - 1) / (V * tau**2 * v**2)
+    g_diff = 2.0 * p_c * (tau - 1) / (V * tau**2 * v**2 * (T - 1)) if T > 1 else math.nan
+    return {"same_word": g_same, "same_topic": g_same, "diff_topic": g_diff,
+            "ratio": -(T - 1.0) if T > 1 else math.nan}
+
+
+
+
+# ---- its exact value with hidden keys, and the learning rate it sets --------------------------------
+def hidden_key_gradient(setting: Setting, topic_eigenvalue: float | None = None) -> dict[str, float]:
+    """Exact ``E[dL/dA]`` at uniform attention, hidden keys, finite ``N`` (our derivation, appendix).
+
+    Reads ``num_topics``, ``words_per_topic``, ``topics_per_doc``, ``doc_len``, ``mask_prob`` and
+    ``keep_prob`` (the result is for hidden keys whatever ``attend_to_masked``).
+
+    For a value matrix with word block in span{B, J} and topic eigenvalue ``lambda``, the
+    word-query entries are ``G = lambda (1 - kappa) G_inf`` with ``kappa = E[1/K | K >= 1]``
+    and ``G_inf`` from :func:`key_query_gradient_limit`.
+
+    ``topic_eigenvalue`` defaults to that of the stage-1 optimum with hidden keys (for ``c B``
+    it is ``c v``). Returns ``"same_word"``, ``"same_topic"``, ``"diff_topic"``, ``"mask_query"``
+    (0), ``"ratio"`` (``-(T - 1)``) and ``"factor"`` (``lambda (1 - kappa)``).
+    """
+    hidden = check_setting(setting).hidden()
+    if topic_eigenvalue is None:
+        lam = value_block_coefficients(hidden).topic_eigenvalue
+    else:
+        lam = check_float("topic_eigenvalue", topic_eigenvalue, positive=False)
+    limit = key_query_gradient_limit(hidden)
+    factor = lam * (1.0 - kappa(hidden))
+    return {**{k: factor * limit[k] for k in ("same_word", "same_topic", "diff_topic")},
+            "mask_query": 0.0, "ratio": limit["ratio"], "factor": factor}
+
+
+def stage2_drive(setting: Setting) -> float:
+    """Exact initial stage-2 drive ``lambda_G`` on the topic contrasts (hidden keys).
+
+    ``lambda_G = -[(g_d - g_s) + v (g_s - g_t)]`` from the entries of ``G = dL/dA`` at uniform
+    attention and the stage-1 optimum (:func:`hidden_key_gradient`); the
+    topic contrast of ``A`` first grows like ``exp(2 lr lambda_G t / sqrt(d))``. 0 when
+    ``topics_per_doc == 1``. Reads what :func:`hidden_key_gradient` reads.
+    """
+    g = hidden_key_gradient(setting)
+    return float(-topic_eigenvalue(g["same_word"], g["same_topic"], g["diff_topic"], setting.v)) + 0.0
+
+
+#: Initial e-folding rate per SGD step of the topic contrast of ``A`` that :func:`default_stage2_lr`
+#: aims at (600 steps cover about 18 e-folds: from 0.1 to saturation, with room to spare).
+TARGET_GROWTH_RATE: float = 0.03
+
+
+def default_stage2_lr(setting: Setting, target_rate: float = TARGET_GROWTH_RATE) -> float:
+    """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
+
+    Inverts :func:`topicmech.stage2.predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
+    ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
+    shrinks quickly with the vocabulary. Raises ValueError where it is not positive
+    (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
+    ``setting`` as in :func:`stage2_drive`.
+    """
+    rate = check_float("target_rate", target_rate)
+    s = check_setting(setting)
+    lam = stage2_drive(s)
+    if not lam > 1e-12:
+        raise ValueError(f"no stage-2 drive at topics_per_doc={s.tau!r}, keep_prob={s.p_c!r} "
+                         f"(lambda_G = {lam:.3g}), so no learning rate can be derived; set lr explicitly")
+    D = s.D
+    return rate * math.sqrt(D) / (2.0 * lam)
+
+
+# ---- the authors' tied attention -------------------------------------------------------------------
 # Box for (log alpha, log beta) in the minimisation; an optimum on its edge is flagged.
 _LOG_BOUND = 12.0
 # Documents sampled per chunk (memory stays bounded; chunks are nested across num_docs).
@@ -47,18 +252,18 @@ def tied_score_matrix(alpha: float, beta: float, num_topics: int, words_per_topi
     return Cmat
 
 
-def _check_setting(*args: object) -> theory._Params:
-    """``theory._params`` of (T, v, tau, N, p_m, p_c, p_r, attend_to_masked), then this estimator's checks."""
-    p = theory._params(*args)
+def _check_tied_setting(setting: object) -> Setting:
+    """``setting`` (a :class:`topicmech.setting.Setting`) with this estimator's extra conditions."""
+    p = check_setting(setting)
     if p.v < 2:
-        raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {args[1]!r}")
+        raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {p.v!r}")
     if p.tau >= p.T:
         raise ValueError(f"topics_per_doc must be < num_topics={p.T} (documents carry no topic otherwise), "
-                         f"got {args[2]!r}")
+                         f"got {p.tau!r}")
     if not isinstance(p.N, int):
-        raise ValueError(f"doc_len must be a finite integer >= 2, got {args[3]!r}")
+        raise ValueError(f"doc_len must be a finite integer >= 2, got {p.N!r}")
     if not 0.0 < p.p_m < 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {args[4]!r}")
+        raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {p.p_m!r}")
     return p
 
 
@@ -70,7 +275,7 @@ def _position_stats(inputs: np.ndarray, selected: np.ndarray, docs: np.ndarray, 
     D = W.shape[0]
     T = (D - 1) // v
     att = np.ones_like(selected) if attend_to_masked else ~selected  # (n, N) keys
-    counts = theory._doc_counts(inputs, att, D)  # (n, D) key-token counts
+    counts = doc_counts(inputs, att, D)  # (n, D) key-token counts
     total = counts.sum(axis=1)  # (n,)
     use = selected & (total > 0)[:, None]  # (n, N) positions with at least one key
     dq, iq = np.nonzero(use)  # (P,)
@@ -95,16 +300,13 @@ def _position_stats(inputs: np.ndarray, selected: np.ndarray, docs: np.ndarray, 
 class TiedAttentionObjective:
     """Monte-Carlo loss of the tied attention on one fixed sample (from :func:`tied_attention_objective`).
 
-    Attributes: the setting ``num_topics``, ``words_per_topic``, ``topics_per_doc``, ``doc_len``,
-    ``attend_to_masked``; ``value_matrix`` (the frozen ``W^V``, shape (D, D)); ``num_docs`` and
-    ``num_positions`` (documents with a used position, selected positions entering the loss).
+    Attributes: the ``setting``; ``W_star`` (``W^V``, frozen at W*, shape (D, D)); ``num_docs``
+    and ``num_positions`` (documents with a used position, selected positions entering the loss).
     """
 
-    def __init__(self, p: theory._Params, value_matrix: np.ndarray, doc: np.ndarray, gram: np.ndarray,
+    def __init__(self, setting: Setting, W_star: np.ndarray, doc: np.ndarray, gram: np.ndarray,
                  hit: np.ndarray, norm: np.ndarray, n_sel: np.ndarray) -> None:
-        self._p, self.value_matrix = p, value_matrix
-        self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len = p.T, p.v, p.tau, int(p.N)
-        self.attend_to_masked = p.si
+        self.setting, self.W_star = setting, W_star
         self._doc, self._gram, self._hit, self._norm, self._n_sel = doc, gram, hit, norm, n_sel
         self.num_docs, self.num_positions = int(n_sel.size), int(doc.size)
 
@@ -198,44 +400,36 @@ class TiedAttentionObjective:
             return self
         n = max(2, int(self._doc[m - 1]) + 1)
         keep = self._doc < n
-        return TiedAttentionObjective(self._p, self.value_matrix, self._doc[keep], self._gram[keep], self._hit[keep],
+        return TiedAttentionObjective(self.setting, self.W_star, self._doc[keep], self._gram[keep], self._hit[keep],
                                       self._norm[keep], self._n_sel[:n])
 
 
-def tied_attention_objective(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                             mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, *,
-                             attend_to_masked: bool, seed: int = 0,
-                             num_docs: int = 100_000) -> TiedAttentionObjective:
+def tied_attention_objective(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionObjective:
     """Sample documents and masks once (chunks of 16,384, nested across ``num_docs``) and return the loss on them.
 
-    ``W^V`` is :func:`topicmech.theory.optimal_value_matrix` of the same convention.
+    ``W^V`` is :func:`optimal_value_matrix` of ``setting``.
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc, doc_len : int
-        ``T``, ``v >= 2``, ``1 <= tau < T``, ``N >= 2``.
-    mask_prob, keep_prob, random_prob : float
-        BERT corruption, ``0 < p_m < 1``.
-    attend_to_masked : bool
-        Key visibility of the selected positions (keyword only, required).
+    setting : Setting
+        ``v >= 2``, ``1 <= tau < T``, finite ``N``, ``0 < p_m < 1``; both key conventions.
     seed, num_docs : int
         Sample seed and size.
     """
-    p = _check_setting(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                       attend_to_masked)
+    p = _check_tied_setting(setting)
     seed, n_docs = check_seed(seed), check_positive_int("num_docs", num_docs)
-    W = theory.optimal_value_matrix(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r, attend_to_masked=p.si)
+    W_star = optimal_value_matrix(p)
     parts: list[tuple[np.ndarray, ...]] = []
     offset = 0
-    for docs, inputs, selected in theory._sample_chunks(p, n_docs, seed, _CHUNK):
-        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W, p.v, p.si)
+    for docs, inputs, selected in sample_chunks(p, n_docs, seed, _CHUNK):
+        dq, gram, hit, norm, n_sel = _position_stats(inputs, selected, docs, W_star, p.v, p.attend_to_masked)
         keep = n_sel > 0  # documents with at least one used position
         parts.append(((np.cumsum(keep) - 1 + offset)[dq], gram, hit, norm, n_sel[keep]))
         offset += int(keep.sum())
     doc, gram, hit, norm, n_sel = (np.concatenate([part[i] for part in parts]) for i in range(5))
     if doc.size == 0 or n_sel.size < 2:
         raise ValueError("the sample has fewer than two documents with a selected position; increase num_docs")
-    return TiedAttentionObjective(p, W, doc, gram, hit, norm, n_sel)
+    return TiedAttentionObjective(p, W_star, doc, gram, hit, norm, n_sel)
 
 
 @dataclass(frozen=True)
@@ -258,7 +452,7 @@ class TiedAttentionOptimum:
     num_docs, num_positions : int
         Documents with a used position; selected positions.
     num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked, seed
-        The setting.
+        The setting (flat, for JSON; :attr:`setting` rebuilds it) and the sample seed.
     """
 
     alpha: float
@@ -286,24 +480,27 @@ class TiedAttentionOptimum:
     attend_to_masked: bool
     seed: int
 
+    @property
+    def setting(self) -> Setting:
+        """The :class:`topicmech.setting.Setting` of the run."""
+        return Setting(self.num_topics, self.words_per_topic, self.topics_per_doc, self.doc_len,
+                       masking=Masking(self.mask_prob, self.keep_prob, self.random_prob),
+                       attend_to_masked=self.attend_to_masked)
+
     def to_dict(self) -> dict[str, object]:
         """Plain ``dict`` (JSON-serialisable)."""
         return asdict(self)
 
 
-def tied_attention_optimum(num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
-                           mask_prob: float = 0.15, keep_prob: float = 0.1, random_prob: float = 0.1, *,
-                           attend_to_masked: bool, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionOptimum:
+def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionOptimum:
     """Optimal tied attention scores ``(alpha, beta)`` with ``W^V`` at the stage-1 optimum.
 
     Minimises :func:`tied_attention_objective` (same arguments) over ``(log alpha, log beta)``: a
     coarse grid (-3 to 6, first 20,000 positions) picks the start, then L-BFGS-B, exact gradient.
     """
-    p = _check_setting(num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob,
-                       attend_to_masked)
+    p = _check_tied_setting(setting)
     seed = check_seed(seed)
-    obj = tied_attention_objective(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r, attend_to_masked=p.si, seed=seed,
-                                   num_docs=num_docs)
+    obj = tied_attention_objective(p, seed=seed, num_docs=num_docs)
     from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
 
     grid = np.linspace(-3.0, 6.0, 19)
@@ -325,12 +522,11 @@ def tied_attention_optimum(num_topics: int, words_per_topic: int, topics_per_doc
         la_se, lb_se = (float(math.sqrt(max(cov[k, k], 0.0))) for k in range(2))
         jac = np.array([(p.v - 1) / p.v * alpha, beta / p.v])
         wr_se = float(math.sqrt(max(jac @ cov @ jac, 0.0)))
-    exact = theory.population_loss(obj.value_matrix, *theory.moments(p.T, p.v, p.tau, p.N, p.p_m, p.p_c, p.p_r,
-                                                                     attend_to_masked=p.si))
+    exact = population_loss(obj.W_star, *moments(p))
     return TiedAttentionOptimum(
         alpha=alpha, beta=beta, weighted_ratio=weighted_ratio(alpha, beta, p.v), loss=loss, loss_se=loss_se,
         uniform_loss=uniform, uniform_loss_exact=float(exact), gain=-diff, gain_se=diff_se,
         log_alpha_se=la_se, log_beta_se=lb_se, weighted_ratio_se=wr_se, at_bound=at_bound,
         num_docs=obj.num_docs, num_positions=obj.num_positions, num_topics=p.T, words_per_topic=p.v,
         topics_per_doc=p.tau, doc_len=int(p.N), mask_prob=p.p_m, keep_prob=p.p_c, random_prob=p.p_r,
-        attend_to_masked=p.si, seed=seed)
+        attend_to_masked=p.attend_to_masked, seed=seed)

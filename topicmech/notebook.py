@@ -1,0 +1,75 @@
+"""What a chapter notebook calls first and last: :func:`setup_notebook` (threads, seeds, inline
+figures in the house style) and :func:`glue_values` (many numbers glued for the prose at once).
+
+Imported on first use (``tm.setup_notebook``, ``tm.glue_values``): it pulls in matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import plotting
+from .utils import Mode, check_positive_int, run_mode, seed_everything
+
+__all__ = ["setup_notebook", "glue_values", "GLUED"]
+
+#: What :func:`glue_values` glued where ``myst_nb`` is not installed (an exported notebook), by name.
+GLUED: dict[str, Any] = {}
+
+
+def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
+    """Set ``threads`` torch threads (one by default: two on two busy cores can be far slower),
+    seed everything, draw figures inline in house style; return the run mode."""
+    torch.set_num_threads(check_positive_int("threads", threads))
+    seed_everything(seed)
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:  # pragma: no cover - IPython ships with the book's requirements
+        shell = None
+    if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
+        shell.run_line_magic("matplotlib", "inline")  # even if MPLBACKEND=Agg is set
+    plotting.set_style()
+    return run_mode()
+
+
+def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | None = None) -> None:
+    """Glue every entry of ``values`` for the page's ``{glue:text}`name:format``` roles, in order:
+    ``myst_nb.glue(name, value, display=False)`` for each (without ``myst_nb``, into :data:`GLUED`).
+
+    Each value first goes through ``convert`` when given (``convert=float`` glues exactly what
+    ``glue(name, float(value), display=False)`` would); then a NumPy scalar, a 0-d array or a
+    one-element tensor becomes the Python number it holds, which a format such as ``.2f`` can
+    format. ``ValueError`` naming the entry for a key that is not a non-empty string or a value
+    that is not a number, a bool or a string.
+
+    Examples
+    --------
+    >>> glue_values({"value_gap": gap, "n_seeds": len(seeds)})  # doctest: +SKIP
+    """
+    try:
+        from myst_nb import glue  # the book's notebook layer, not a dependency of the package
+    except ImportError:  # an exported notebook outside Jupyter Book: keep the values in GLUED
+
+        def glue(name: str, value: Any, display: bool = False) -> None:
+            GLUED[name] = value
+
+    if not isinstance(values, Mapping):
+        raise ValueError(f"values must be a mapping of names to numbers, got {type(values).__name__}")
+    for name, value in values.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"glue names must be non-empty strings, got {name!r}")
+        if convert is not None:
+            value = convert(value)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        elif isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+            value = value.item()
+        if not isinstance(value, (int, float, str)):
+            raise ValueError(f"values[{name!r}] must be a number, a bool or a string, got {type(value).__name__}")
+        glue(name, value, display=False)
