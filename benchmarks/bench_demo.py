@@ -4,7 +4,7 @@ T = 10 topics of 10 words (V = 100; our only special token is [MASK], so D = 101
 with alpha = 0.1, 10,000 training documents of length uniform in [100, 150], one-hot
 embeddings, frozen uniform attention, trained W^V, identity head, cross-entropy, Adam
 (lr 0.01), batch 40, 5,000 steps (= 20 epochs of 10,000 documents), BERT masks
-15% / 10% / 10%, selected positions hidden as keys (the authors' convention).
+15% / 10% / 10%, selected positions hidden as keys (the released code's convention).
 
 Differences from the reference, both making our run do *more* work: masks are drawn
 afresh at every step (the authors draw them once), and batches are drawn with

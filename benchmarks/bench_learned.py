@@ -2,7 +2,7 @@
 
 LDA with T = 10 topics of 10 words (V = 100, D = 101), alpha = 0.1, 2,000 documents of
 N = 150 words, batch 40, BERT masks 15% / 10% / 10% drawn afresh every step, selected
-positions hidden as keys (the authors' convention), cross-entropy, Adam (lr 0.01), one
+positions hidden as keys (the released code's convention), cross-entropy, Adam (lr 0.01), one
 torch thread. Two models:
 
 * ``stage2``: one-hot embeddings, learned W^K, W^Q, W^V, identity head (the setting of

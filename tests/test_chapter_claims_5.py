@@ -129,7 +129,7 @@ def test_stage2_training_both_conventions(seed):
     exact = th.hidden_key_gradient(SETTING.setting)
     rate_pred = traces.predicted_growth_rate(SETTING.lr, v * (exact["diff_topic"] - exact["same_topic"]), D)
 
-    # hidden keys (the authors' convention)
+    # hidden keys (the released code's convention)
     model, hist = stage2.run_stage2(SETTING, seed=seed)
     with torch.no_grad():
         att = tm.probes.attention_by_relation(model.attention_pattern(heldout), heldout, topic)
