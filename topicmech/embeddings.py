@@ -18,7 +18,7 @@ import torch
 
 from .model import OneLayerTransformer
 from .probes import relation_masks
-from .utils import as_float64, check_matrix, check_positive_int
+from .utils import check_matrix, check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
@@ -30,16 +30,6 @@ __all__ = [
 DEFAULT_PHASES: tuple[tuple[int, float], ...] = ((300, 1e-2), (300, 3e-3), (400, 1e-3))
 #: Half as long, for qualitative checks (chapter 3 uses it for cross-entropy).
 SHORT_PHASES: tuple[tuple[int, float], ...] = ((150, 1e-2), (150, 3e-3), (200, 1e-3))
-
-
-def _as_array(x: torch.Tensor | np.ndarray, name: str, square: bool = False) -> np.ndarray:
-    # used only by tied_embedding_blocks, which moves to topicmech.theory (then delete this)
-    a = as_float64(x)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got shape {a.shape}")
-    if square and a.shape[0] != a.shape[1]:
-        raise ValueError(f"{name} must be square, got shape {a.shape}")
-    return a
 
 
 def embedding_model(num_tokens: int, d_model: int | None = None, *, head: Literal["tied", "identity"] = "tied",

@@ -33,14 +33,6 @@ __all__ = [
 ]
 
 
-def _check_float(name: str, value: object, positive: bool = True) -> float:
-    """``value`` as a finite float (``> 0`` when ``positive``), else ValueError naming ``name``."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-    if not (ok and math.isfinite(float(value)) and (float(value) > 0 or not positive)):  # type: ignore[arg-type]
-        raise ValueError(f"{name} must be a {'positive ' if positive else ''}finite float, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class Stage2Setting:
     """A stage-2 run: its :class:`~topicmech.setting.Setting` (data, masking, key convention) and plain SGD.
