@@ -14,7 +14,7 @@ import torch
 
 from .utils import as_float64
 
-__all__ = ["BlockMeans", "block_means", "relation_masks", "topic_growth_eigenvalue", "attention_by_relation",
+__all__ = ["BlockMeans", "block_means", "relation_masks", "topic_eigenvalue", "topic_growth_eigenvalue", "attention_by_relation",
            "AttentionByRelation", "ATTENTION_FIELDS",
            "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
 
@@ -186,6 +186,16 @@ def relation_reader(inputs: torch.Tensor, topic_of_word: torch.Tensor) -> Callab
     return read
 
 
+def topic_eigenvalue(w_diag: float, w_same: float, w_diff: float, words_per_topic: int) -> float:
+    """Eigenvalue ``lambda_t = (w_diag - w_same) + v (w_same - w_diff)`` on topic contrasts of a block-form matrix.
+
+    The matrix ``w_diag I + w_same (B - I) + w_diff (J - B)`` on the words acts so on vectors constant
+    within topics and summing to zero (the closed forms of :mod:`topicmech.theory` read it too) (``v = words_per_topic``, not validated: a formula for callers
+    that have checked their blocks).
+    """
+    return (w_diag - w_same) + words_per_topic * (w_same - w_diff)
+
+
 def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.Tensor | np.ndarray) -> float:
     """Eigenvalue of ``-G`` on the topic contrasts, after averaging ``G = dL/dA`` over the symmetry orbits.
 
@@ -198,4 +208,4 @@ def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.T
     counts = np.bincount(torch.as_tensor(topic_of_word).cpu().numpy())
     if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
         raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
-    return -((m.diag - m.same_topic) + int(counts[0]) * (m.same_topic - m.diff_topic))
+    return -topic_eigenvalue(m.diag, m.same_topic, m.diff_topic, int(counts[0]))

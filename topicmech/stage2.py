@@ -21,7 +21,7 @@ import torch
 from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
-from .probes import relation_masks, topic_contrasts
+from .probes import relation_masks, topic_contrasts, topic_eigenvalue
 from .setting import Setting
 from .train import History, train
 from .utils import check_float, check_positive_int
@@ -190,7 +190,7 @@ class GradientSummary:
     def topic_eigenvalue(self) -> float:
         """Eigenvalue ``-[(same_word - same_topic) + v (same_topic - diff_topic)]`` of ``-G`` on topic contrasts."""
         v = self.words_per_topic
-        return -theory.topic_eigenvalue(self.same_word, self.same_topic, self.diff_topic, v)
+        return -topic_eigenvalue(self.same_word, self.same_topic, self.diff_topic, v)
 
     def topic_contrast_z(self) -> float:
         """``(same_topic - diff_topic)`` in units of its standard error (negative: descent raises same-topic scores)."""

@@ -63,7 +63,6 @@ from .value import (
     population_loss,
     sigma_eigenvalues,
     stage1_sgd_lr,
-    topic_eigenvalue,
     topic_eigenvalue_hidden,
     value_block_coefficients,
     weighted_block_gap,
@@ -74,7 +73,7 @@ __all__ = [
     # value
     "ValueBlocks", "kappa", "moments", "population_loss", "optimal_value_matrix", "value_block_coefficients",
     "block_matrix", "orbit_means", "orbit_deviation", "diag_excess", "topic_eigenvalue_hidden",
-    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr", "topic_eigenvalue",
+    "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr",
     # lda
     "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
     "lda_sigma_eigenvalues", "lda_value_blocks", "sigma_range",

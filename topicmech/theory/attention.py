@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..probes import topic_eigenvalue
 from ..setting import Masking, Setting, check_attend_to_masked
 from ..utils import check_float, check_positive_int, check_seed
 from .estimates import check_sample, chunks, doc_counts, sample_chunks
@@ -30,7 +31,6 @@ from .value import (
     moments,
     optimal_value_matrix,
     population_loss,
-    topic_eigenvalue,
     value_block_coefficients,
 )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..probes import relation_masks
+from ..probes import relation_masks, topic_eigenvalue
 from ..setting import Setting
 from ..utils import check_float, check_positive_int
 
@@ -320,16 +320,6 @@ def value_block_coefficients(setting: Setting, l2: float = 0.0) -> ValueBlocks:
         Expand with :func:`block_matrix`.
     """
     return _value_blocks(check_setting(setting), check_float("l2", l2, positive=False))
-
-
-def topic_eigenvalue(w_diag: float, w_same: float, w_diff: float, words_per_topic: int) -> float:
-    """Eigenvalue ``lambda_t = (w_diag - w_same) + v (w_same - w_diff)`` on topic contrasts of a block-form matrix.
-
-    The matrix ``w_diag I + w_same (B - I) + w_diff (J - B)`` on the words acts so on vectors constant
-    within topics and summing to zero (``v = words_per_topic``, not validated: a formula for callers
-    that have checked their blocks).
-    """
-    return (w_diag - w_same) + words_per_topic * (w_same - w_diff)
 
 
 def _word_masks(T: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
