@@ -1,0 +1,256 @@
+"""Stored multi-seed results: computed by a script, saved as JSON under ``results/`` with their
+provenance, read by the pages, and checked against a quick rerun.
+
+A stored result is one function of a seed, ``fn(seed, **kwargs) -> {metric: number}``, run
+over many seeds. :func:`store` runs it and writes ``results/<name>.json``::
+
+    {"name": ..., "provenance": {"function": "module:qualname", "kwargs": {...}, "seeds": [...],
+                                 "command": ..., "commit": ..., "date": ..., "machine": {...},
+                                 "versions": {...}, "mode": ...},
+     "per_seed": [{"seed": 0, "metric": value, ...}, ...],
+     "summary": {"metric": {"mean": ..., "lo": ..., "hi": ..., "min": ..., "max": ..., "n": ...}}}
+
+Only :func:`store` writes these files (no typed numbers). :func:`load` reads one back as a
+:class:`StoredResult`; :func:`rerun` recomputes a few of its seeds from the recorded function
+and arguments, so a page and a test can check that the stored numbers are still what the code
+computes (:meth:`StoredResult.check_rerun`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as _scipy_stats
+
+from .runner import run_seeds
+from .utils import check_seeds, run_mode
+
+__all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "provenance", "store", "load", "rerun"]
+
+#: Where stored results live: ``results/`` at the top of the repository (``TOPICMECH_RESULTS`` overrides).
+RESULTS_DIR = Path(os.environ.get("TOPICMECH_RESULTS", Path(__file__).resolve().parents[1] / "results"))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean of ``n`` per-seed values with a two-sided t-interval ``[lo, hi]`` at ``level``, and their range."""
+
+    mean: float
+    lo: float
+    hi: float
+    min: float
+    max: float
+    n: int
+    level: float = 0.95
+
+    def __contains__(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+
+def interval(values: Iterable[float], *, level: float = 0.95) -> Interval:
+    """The mean of ``values`` with its t-interval at ``level`` (a single value gives ``lo = hi = mean``)."""
+    x = np.asarray(list(values), dtype=float)
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"interval needs finite values, got {x.tolist()}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    mean = float(x.mean())
+    half = 0.0
+    if x.size > 1:
+        half = float(_scipy_stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return Interval(mean, mean - half, mean + half, float(x.min()), float(x.max()), int(x.size), level)
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _versions() -> dict[str, str]:
+    names = ("torch", "numpy", "scipy", "gensim", "transformers")
+    found = {"python": platform.python_version()}
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+        found[name] = str(getattr(module, "__version__", "unknown"))
+    from . import __version__ as topicmech_version
+
+    found["topicmech"] = topicmech_version
+    return found
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in qualname:
+        raise ValueError(f"a stored result needs a module-level function, got {fn!r}")
+    return f"{module}:{qualname}"
+
+
+def _resolve(name: str) -> Callable[..., Any]:
+    module, _, qualname = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def provenance(fn: Callable[..., Any], kwargs: Mapping[str, Any], seeds: Sequence[int], *,
+               command: str) -> dict[str, Any]:
+    """What produced a stored result: the function and its arguments, the seeds, the command, the
+    commit, the date, the machine, the package versions and the run mode."""
+    return {
+        "function": _function_name(fn),
+        "kwargs": dict(kwargs),
+        "seeds": [int(s) for s in seeds],
+        "command": command,
+        "commit": _git_commit(),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count()},
+        "versions": _versions(),
+        "mode": run_mode(),
+    }
+
+
+def _metrics(seed: int, result: Any, name: str) -> dict[str, Any]:
+    if not isinstance(result, Mapping):
+        raise ValueError(f"{name}: the function must return a mapping of metric names to numbers, "
+                         f"got {type(result).__name__} for seed {seed}")
+    row: dict[str, Any] = {"seed": int(seed)}
+    for key, value in result.items():
+        if isinstance(value, (bool, np.bool_)):
+            row[key] = bool(value)
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            row[key] = float(value) if isinstance(value, (float, np.floating)) else int(value)
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            row[key] = np.asarray(value, dtype=float).tolist()
+        elif isinstance(value, str):
+            row[key] = value
+        else:
+            raise ValueError(f"{name}: metric {key!r} must be a number, a bool, a string or a list of numbers, "
+                             f"got {type(value).__name__}")
+    return row
+
+
+def _summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for key in rows[0]:
+        if key == "seed":
+            continue
+        values = [r[key] for r in rows]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            iv = interval(values)
+            out[key] = {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "min": iv.min, "max": iv.max, "n": iv.n}
+    return out
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """A stored result read back: its ``name``, ``provenance``, ``per_seed`` rows and ``summary``."""
+
+    name: str
+    provenance: dict[str, Any]
+    per_seed: list[dict[str, Any]]
+    summary: dict[str, dict[str, float]]
+
+    @property
+    def seeds(self) -> list[int]:
+        return [int(r["seed"]) for r in self.per_seed]
+
+    def values(self, metric: str) -> np.ndarray:
+        """The per-seed values of ``metric`` (``KeyError`` naming the stored metrics if absent)."""
+        if metric not in self.per_seed[0]:
+            raise KeyError(f"{self.name} has no metric {metric!r}; it has {sorted(self.per_seed[0])}")
+        return np.asarray([r[metric] for r in self.per_seed], dtype=float)
+
+    def interval(self, metric: str, *, level: float = 0.95) -> Interval:
+        return interval(self.values(metric), level=level)
+
+    def check_rerun(self, rows: Sequence[Mapping[str, Any]], *, rtol: float = 1e-4, atol: float = 1e-6) -> None:
+        """Assert that recomputed ``rows`` (from :func:`rerun`) equal the stored rows of the same seeds,
+        metric by metric, to ``rtol``/``atol``; ``AssertionError`` naming the first mismatch."""
+        stored = {int(r["seed"]): r for r in self.per_seed}
+        for row in rows:
+            seed = int(row["seed"])
+            if seed not in stored:
+                raise AssertionError(f"{self.name}: seed {seed} is not stored (seeds {self.seeds})")
+            for key, value in row.items():
+                want = stored[seed].get(key)
+                if isinstance(value, str) or isinstance(want, str):
+                    ok = value == want
+                else:
+                    ok = bool(np.allclose(np.asarray(value, float), np.asarray(want, float), rtol=rtol, atol=atol))
+                if not ok:
+                    raise AssertionError(f"{self.name}: seed {seed}, {key}: recomputed {value!r}, stored {want!r}")
+
+
+def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] | int, *, command: str,
+          kwargs: Mapping[str, Any] | None = None, executor: Executor | None = None,
+          n_jobs: int | None = None, directory: str | os.PathLike | None = None) -> Path:
+    """Run ``fn(seed, **kwargs)`` for every seed (on ``executor`` or ``n_jobs`` local processes) and
+    write ``<directory>/<name>.json`` (default :data:`RESULTS_DIR`) with its provenance.
+
+    ``fn`` must be a module-level function returning a mapping of metric names to numbers, bools,
+    strings or lists of numbers, and ``kwargs`` JSON-serialisable, so that :func:`rerun` can call
+    it again. ``command`` is the command line that produced the file (for the provenance).
+    """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"name must be a plain file stem, got {name!r}")
+    _function_name(fn)  # fail before running anything if a rerun could not find fn
+    kwargs = dict(kwargs or {})
+    json.dumps(kwargs)  # fail early on arguments a rerun could not read back
+    seed_list = check_seeds(seeds)
+    sweep = run_seeds(functools.partial(fn, **kwargs), seed_list, n_jobs=n_jobs, executor=executor)
+    rows = [_metrics(rec["seed"], rec["result"], name) for rec in sweep.records]
+    payload = {"name": name, "provenance": provenance(fn, kwargs, seed_list, command=command),
+               "per_seed": rows, "summary": _summary(rows)}
+    path = Path(directory) if directory is not None else RESULTS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / f"{name}.json"
+    target.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
+    return target
+
+
+def load(name: str, *, directory: str | os.PathLike | None = None) -> StoredResult:
+    """Read ``<directory>/<name>.json`` (default :data:`RESULTS_DIR`); ``FileNotFoundError`` naming
+    the path and the script that writes it."""
+    path = (Path(directory) if directory is not None else RESULTS_DIR) / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no stored result {path}: run the script in scripts/results/ that writes it")
+    raw = json.loads(path.read_text())
+    return StoredResult(raw["name"], raw["provenance"], raw["per_seed"], raw["summary"])
+
+
+def rerun(result: StoredResult, seeds: Sequence[int] | None = None, **changes: Any) -> list[dict[str, Any]]:
+    """Recompute ``seeds`` (default: the first stored seed) of ``result`` from its recorded function
+    and arguments (``changes`` override arguments), serially, as rows like ``result.per_seed``."""
+    fn = _resolve(result.provenance["function"])
+    kwargs = {**result.provenance["kwargs"], **changes}
+    seed_list = list(seeds) if seeds is not None else result.seeds[:1]
+    return [_metrics(seed, fn(seed, **kwargs), result.name) for seed in seed_list]
