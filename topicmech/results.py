@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import importlib
+import importlib.metadata
 import json
 import math
 import os
@@ -99,9 +100,11 @@ def _versions() -> dict[str, str]:
             except ImportError:
                 continue
         found[name] = str(getattr(module, "__version__", "unknown"))
-    from . import __version__ as topicmech_version
+    try:
+        found["topicmech"] = importlib.metadata.version("topicmech")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
+        found["topicmech"] = "unknown"
 
-    found["topicmech"] = topicmech_version
     return found
 
 
