@@ -17,6 +17,7 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
   :mod:`topicmech.pretrained` (the encoder and its measurements);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
   (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
+  :mod:`topicmech.results` (stored multi-seed results with their provenance),
   :mod:`topicmech.stats` (sampling statistics of chapters 1 and 4 and their tests),
   :mod:`topicmech.plotting`, :mod:`topicmech.notebook` (``tm.setup_notebook``, ``tm.glue_values``) and
   :mod:`topicmech.utils` (all chapters).
@@ -39,7 +40,7 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "corpus", "alignment", "word_pairs", "pretrained", "dynamics", "sweeps", "stage1",
-                "stage2", "embeddings", "fast", "reproduce", "runner", "stats"):
+                "stage2", "embeddings", "fast", "reproduce", "runner", "stats", "results"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
