@@ -301,9 +301,11 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
 def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
     """The fast path :func:`topicmech.train.train` takes for ``model``: ``"uniform"`` or ``"learned"``
     for a :class:`~topicmech.model.OneLayerTransformer` by its attention, None for any other model
-    (a subclass, one with a replaced ``forward``, or one that has had forward hooks: see
-    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`)."""
-    if type(model) is not OneLayerTransformer or "forward" in vars(model) or model.forward_hooked:
+    (a subclass, one with a replaced ``forward``, one that has had forward hooks: see
+    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`, or one with the released code's
+    switches: :attr:`~topicmech.model.OneLayerTransformer.released_code_switches`)."""
+    if type(model) is not OneLayerTransformer or "forward" in vars(model) or model.forward_hooked \
+            or model.released_code_switches:
         return None
     return "uniform" if model.attention == "uniform" else "learned"
 
