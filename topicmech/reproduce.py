@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from .data import LDATopicModel, TopicModel, check_topic_model
-from .fast import sample_variable_length
-from .losses import mlm_loss
+from .fast import sample_variable_length, selected_loss
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import masked_means, pair_relations
 from .setting import BERT_MASKING, Masking
@@ -29,7 +28,8 @@ from .train import train
 from .utils import check_choice, check_float, check_positive_int, make_generator, spawn_seeds
 
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
-           "released_code_run", "released_code_metrics", "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
+           "released_code_run", "released_code_metrics", "attention_table_metrics", "AUTHORS_ROWS",
+           "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
 
 #: The authors' three attention categories, in the order of their table.
@@ -330,8 +330,8 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                  loss="cross_entropy", optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
                  seed=batch_seed, probes=probes, probe_every=1)
     with torch.no_grad():
-        dev_losses = [float(mlm_loss(model(dev_inputs[i:i + batch_size], dev_selected[i:i + batch_size]),
-                                     dev[i:i + batch_size], dev_selected[i:i + batch_size], "cross_entropy"))
+        dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
+                                          dev_selected[i:i + batch_size], "cross_entropy"))
                       for i in range(0, len(dev), batch_size)]
         clean = dev[:500, :100]                                                    # [START] + 99 words
         pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
@@ -342,3 +342,82 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
     return ReleasedCodeRun(value_matrix=value, effective_value_matrix=effective, dev_loss=float(np.mean(dev_losses)),
                            steps=np.asarray(hist.probe_step), norms={k: hist.probe(k) for k in probes},
                            train_loss=np.asarray(hist.loss), attention=cats, model=model)
+
+
+#: The (optimizer, learning rate) rows of the authors' attention table, in their order.
+AUTHORS_ROWS: tuple[tuple[str, float], ...] = (("adam", 0.003), ("adam", 0.01), ("adam", 0.03), ("sgd", 0.01),
+                                               ("sgd", 0.03))
+#: Steps at which stored norm readings are kept (the authors' stage landmarks).
+NORM_LANDMARKS: tuple[int, ...] = (100, 400, 700, 1000)
+
+
+def _norm_metrics(steps: np.ndarray, norms: dict[str, np.ndarray], prefix: str, every: int = 10) -> dict:
+    out: dict = {}
+    steps = np.asarray(steps)
+    keep = steps % every == 0
+    out[f"{prefix}curve_steps"] = steps[keep].tolist()
+    for name, values in norms.items():
+        values = np.asarray(values, dtype=float)
+        out[f"{prefix}{name}_curve"] = values[keep].tolist()
+        for landmark in NORM_LANDMARKS:
+            if landmark <= steps[-1]:
+                out[f"{prefix}{name}_at_{landmark}"] = float(np.interp(landmark, steps, values))
+        leave = leave_zero_step(steps, values, 0.1)
+        out[f"{prefix}{name}_leave_step"] = float("nan") if leave is None else float(leave)
+    out[f"{prefix}W_V_plateau_step"] = float(reaching_step(steps, norms["W_V"], fraction=0.9, reference="final")
+                                             or float("nan"))
+    return out
+
+
+def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"], steps: int,
+                          optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
+                          zero_init_noise: float | None = None, embedding_block: bool = True,
+                          num_dev: int = 10_000) -> dict:
+    """:func:`released_code_run` reduced to numbers (for :func:`topicmech.results.store`): the dev
+    loss, :func:`topic_gaps` of the effective map (``effective_*``) and of ``W^V`` (``value_*``),
+    the final norms and the attention categories."""
+    run = released_code_run(attention=attention, steps=steps, seed=seed, optimizer=optimizer, lr=lr,
+                            zero_init_noise=zero_init_noise, embedding_block=embedding_block, num_dev=num_dev)
+    out = {"dev_loss": run.dev_loss}
+    out.update({f"effective_{k}": v for k, v in topic_gaps(run.effective_value_matrix).items()})
+    out.update({f"value_{k}": v for k, v in topic_gaps(run.value_matrix).items()})
+    out.update({f"{name}_final": float(v[-1]) for name, v in run.norms.items()})
+    out.update(run.attention)
+    return out
+
+
+def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3) -> dict:
+    """The authors' attention table and norm curves in one of three settings, one seed, every
+    row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
+    the same seed whatever the others are, so a subset reruns to the same numbers).
+
+    ``"replay"``: :func:`released_code_run` with learned attention from the released code's
+    small initialisation (``zero_init_noise``); ``"no_embedding_block"``: the same without the
+    token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
+    prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
+    norms at :data:`NORM_LANDMARKS`, their leave-zero steps and curves every 10 steps.
+    """
+    check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
+    rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
+    out: dict = {}
+    if setting == "clean":
+        lda = authors_lda()
+        corpus_seed, heldout_seed = spawn_seeds(seed, 2)
+        train_docs = sample_variable_length(lda, 10_000, 100, 150, seed=corpus_seed)
+        heldout = lda.sample(500, 100, heldout_seed)
+    for optimizer, lr in rows:
+        prefix = f"{optimizer}_{lr:g}."
+        if setting == "clean":
+            run = synthetic_run(seed, optimizer=optimizer, lr=lr, steps=steps, train_docs=train_docs,
+                                heldout=heldout, probe_every=10)
+            attention, steps_read, norms = run.attention, run.steps, run.norms
+        else:
+            run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
+                                    zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
+                                    num_dev=2_000)
+            attention, steps_read, norms = run.attention, run.steps, run.norms
+            out[prefix + "dev_loss"] = run.dev_loss
+        out.update({prefix + k: float(v) for k, v in attention.items()})
+        out.update(_norm_metrics(steps_read, norms, prefix))
+    return out

@@ -199,7 +199,7 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
     masks : (inputs, selected), optional
         With a tensor ``data``: corrupted inputs (ids in ``[0, num_tokens)``) and selections, one
         row per document, drawn once (as the released code does) instead of fresh every step;
-        ``masking`` is then unused. Runs on the reference path.
+        ``masking`` is then unused. Runs on the reference path, or the learned-attention fast path.
     sampling : {"replacement", "epochs"}
         How a tensor ``data`` is batched: resampled with replacement every step, or (with
         ``masks``) in shuffled epochs, each document once per epoch, like
@@ -233,11 +233,12 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         raise ValueError("sampling='epochs' needs masks=(inputs, selected) drawn once per document")
     if masks is not None and (isinstance(data, TopicModel) or lengths is not None):
         raise ValueError("masks needs a tensor of documents as data and takes no lengths")
-    use_reference = check_choice("path", path, ("auto", "fast", "reference")) == "reference" or masks is not None
-    route = None if use_reference else fast.fast_path(model)
+    route = None if check_choice("path", path, ("auto", "fast", "reference")) == "reference" else fast.fast_path(model)
+    if masks is not None and route == "uniform":  # the uniform fast path draws its own masks
+        route = None
     if path == "fast" and route is None:
         raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, "
-                         f"released-code switches or masks, got {type(model).__name__}")
+                         f"released-code switches with uniform attention, or masks, got {type(model).__name__}")
     if check_every is None:
         check_every = 100 if route == "uniform" else 1
     check_every = check_positive_int("check_every", check_every)
