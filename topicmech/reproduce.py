@@ -28,7 +28,7 @@ from .train import train
 from .utils import check_choice, check_float, check_positive_int, make_generator, spawn_seeds
 
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
-           "released_code_run", "released_code_metrics", "attention_table_metrics", "AUTHORS_ROWS",
+           "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
 
@@ -421,3 +421,34 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
         out.update({prefix + k: float(v) for k, v in attention.items()})
         out.update(_norm_metrics(steps_read, norms, prefix))
     return out
+
+
+def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
+                      attempted: str | None = None) -> str:
+    """The verdict on one row of the attention table, by magnitude and order.
+
+    ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). ``"reproduced"`` when
+    our same-topic / different-topic ratio lies within ``factor`` of the authors' (either way)
+    **and** the order of the three categories is theirs; ``"partly (...)"`` naming what holds
+    when same topic beats different topic as theirs does but the ratio or the order misses;
+    ``"not reproduced"`` when it does not; ``attempted``, a reason, gives
+    ``"not faithfully attempted (reason)"`` instead.
+    """
+    factor = check_float("factor", factor)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor!r}")
+    if attempted is not None:
+        return f"not faithfully attempted ({attempted})"
+    for name, d in (("ours", ours), ("authors", authors)):
+        if set(RELATIONS) - set(d):
+            raise ValueError(f"{name} must give {', '.join(RELATIONS)}, got {sorted(d)}")
+    ratio = ours["same_topic"] / ours["diff_topic"]
+    theirs = authors["same_topic"] / authors["diff_topic"]
+    if not (ratio > 1) == (theirs > 1) or ratio <= 1:
+        return "not reproduced"
+    order = sorted(RELATIONS, key=lambda k: -ours[k]) == sorted(RELATIONS, key=lambda k: -authors[k])
+    close = 1 / factor <= ratio / theirs <= factor
+    if close and order:
+        return "reproduced"
+    held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
+    return f"partly ({', '.join(held)}; ratio x{ratio / theirs:.2f} theirs)"
