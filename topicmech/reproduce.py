@@ -286,7 +286,7 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                       optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
                       zero_init_noise: float | None = None, embedding_block: bool = True,
                       num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
-    """Replay the released code's training path {cite}`li2023code` with the core model and loop.
+    """Replay the released code's training path with the core model and training loop.
 
     One-hot inputs through the embedding block (a token-type vector and a LayerNorm, both
     trained); biases on the value (and, when learned, key and query) maps; an identity decoder;
@@ -362,10 +362,10 @@ def _norm_metrics(steps: np.ndarray, norms: dict[str, np.ndarray], prefix: str, 
         for landmark in NORM_LANDMARKS:
             if landmark <= steps[-1]:
                 out[f"{prefix}{name}_at_{landmark}"] = float(np.interp(landmark, steps, values))
-        leave = leave_zero_step(steps, values, 0.1)
-        out[f"{prefix}{name}_leave_step"] = float("nan") if leave is None else float(leave)
-    out[f"{prefix}W_V_plateau_step"] = float(reaching_step(steps, norms["W_V"], fraction=0.9, reference="final")
-                                             or float("nan"))
+        leave = leave_zero_step(steps, values, 0.1)        # a norm that never rises: the last step
+        out[f"{prefix}{name}_leave_step"] = float(steps[-1] if leave is None else leave)
+    plateau = reaching_step(steps, norms["W_V"], fraction=0.9, reference="final")
+    out[f"{prefix}W_V_plateau_step"] = float(steps[-1] if plateau is None else plateau)
     return out
 
 
@@ -396,7 +396,8 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     small initialisation (``zero_init_noise``); ``"no_embedding_block"``: the same without the
     token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
     prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
-    norms at :data:`NORM_LANDMARKS`, their leave-zero steps and curves every 10 steps.
+    norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
+    never rises) and curves every 10 steps.
     """
     check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
     rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
