@@ -416,3 +416,30 @@ def test_two_layer_transformer_matches_multihead_attention(num_layers, num_heads
             if sel is not None and not attend_to_masked:
                 pattern = cache["blocks.0.attn.pattern"].detach()                  # hidden keys get no weight
                 assert float((pattern * sel[:, None, None, :]).abs().max()) == 0.0
+
+
+def test_released_code_switches_off_by_default_and_consistent() -> None:
+    plain = OneLayerTransformer(11, attention="learned", attend_to_masked=False, seed=2)
+    assert not plain.released_code_switches and plain.t is None and plain.b_V is None
+    assert torch.equal(plain.effective_value_matrix(), plain.value_matrix())
+    m = OneLayerTransformer(11, attention="learned", attend_to_masked=False, input_norm=True,
+                            attention_bias=True, init="torch", pad_id=10, seed=2)
+    assert m.released_code_switches and float(m.W_V.abs().max()) <= 1 / math.sqrt(11)
+    x = torch.randint(10, (3, 7))
+    x[:, -2:] = 10                                                     # padding
+    pattern = m.attention_pattern(x)
+    assert float(pattern[..., -2:].abs().max()) == 0.0                 # padding is never a key
+    small = OneLayerTransformer(11, attend_to_masked=False, init="uniform", init_scale=1e-3, seed=0)
+    assert 0 <= float(small.W_V.min()) and float(small.W_V.max()) < 1e-3
+    u = OneLayerTransformer(11, attend_to_masked=False, input_norm=True, attention_bias=True,
+                            pad_id=10, seed=1)
+    sel = torch.zeros(3, 7, dtype=torch.bool)
+    sel[:, 0] = True
+    logits = u(x, sel)[:, 0]                                           # uniform: mean of the columns
+    keys = ~sel & (x != 10)                                            # pads hidden too
+    want = torch.stack([u.effective_value_matrix()[:, x[b][keys[b]]].mean(1) for b in range(3)])
+    assert torch.allclose(logits, want, atol=1e-5)
+    with pytest.raises(ValueError, match="pad_id"):
+        OneLayerTransformer(11, attend_to_masked=False, pad_id=11)
+    with pytest.raises(ValueError, match="init"):
+        OneLayerTransformer(11, attend_to_masked=False, init="xavier")

@@ -137,3 +137,56 @@ def test_all_trained_embeddings_have_topic_blocks(authors_docs, seed) -> None:
             cos[(loss, opt)] = c.mean_same_topic
     others = [c for k, c in cos.items() if k != ("squared", "sgd")]
     assert cos[("squared", "sgd")] < min(others) - 0.2, cos
+
+
+AUTH = {"same_word": 0.0076, "same_topic": 0.0108, "diff_topic": 0.0069}
+
+
+def test_magnitude_verdict_rules() -> None:
+    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced"
+    far = {"same_word": 0.004, "same_topic": 0.03, "diff_topic": 0.005}
+    assert rp.magnitude_verdict(far, AUTH).startswith("partly (direction; ratio x")
+    swapped = {"same_word": 0.012, "same_topic": 0.0108, "diff_topic": 0.0069}
+    assert rp.magnitude_verdict(swapped, AUTH) == "partly (direction, ratio; ratio x1.00 theirs)"
+    flat = {"same_word": 0.01, "same_topic": 0.01, "diff_topic": 0.01}
+    assert rp.magnitude_verdict(flat, AUTH) == "not reproduced"
+    assert rp.magnitude_verdict(flat, AUTH, attempted="why") == "not faithfully attempted (why)"
+    with pytest.raises(ValueError, match="factor"):
+        rp.magnitude_verdict(flat, AUTH, factor=0.5)
+    with pytest.raises(ValueError, match="ours"):
+        rp.magnitude_verdict({"same_word": 1.0}, AUTH)
+
+
+def test_released_code_corpus_and_masks() -> None:
+    tokens = rp.released_code_corpus(50, 0)
+    ids = rp.RELEASED_IDS
+    assert tokens.shape == (50, 152) and bool((tokens[:, 0] == ids["START"]).all())
+    lengths = (tokens < ids["PAD"]).sum(1)
+    assert int(lengths.min()) >= 100 and int(lengths.max()) <= 150
+    assert bool((tokens[torch.arange(50), lengths + 1] == ids["END"]).all())
+    inputs, selected = rp.released_code_masks(tokens, 1)
+    assert bool(selected.any(1).all())                                  # at least one selected position
+    assert not bool((selected & (tokens >= ids["PAD"])).any())          # only words are selected
+    assert bool((inputs[~selected] == tokens[~selected]).all())
+    assert 0.7 < float((inputs[selected] == ids["MASK"]).float().mean()) < 0.9
+
+
+def test_released_code_run_short() -> None:
+    run = rp.released_code_run(attention="learned", steps=20, num_train=200, num_dev=80, zero_init_noise=1e-3)
+    assert run.value_matrix.shape == run.effective_value_matrix.shape == (100, 100)
+    assert len(run.norms["W_K"]) == 21 and np.isfinite(run.dev_loss)
+    uni = rp.released_code_run(attention="uniform", steps=5, num_train=80, num_dev=40)
+    assert abs(uni.attention["same_topic"] - 0.01) < 1e-6
+    with pytest.raises(ValueError, match="attention"):
+        rp.released_code_run(attention="both", steps=5)
+
+
+@pytest.mark.slow
+def test_replay_matches_the_released_code_demo() -> None:
+    """The released code's own demonstration run on this machine (uniform attention, 5,000
+    steps): final dev loss 3.389, effective-map gaps 5.56 (same topic) and 5.63 (diagonal)."""
+    run = rp.released_code_run(attention="uniform", steps=5000)
+    gaps = rp.topic_gaps(run.effective_value_matrix)
+    assert abs(run.dev_loss - 3.389) < 0.03, run.dev_loss
+    assert abs(gaps["same_topic_gap"] / 5.56 - 1) < 0.1, gaps
+    assert abs(gaps["diagonal_gap"] / 5.63 - 1) < 0.1, gaps

@@ -280,3 +280,23 @@ def test_two_layer_model_trains():
     model = TwoLayerTransformer(D, 8, num_heads=2, seed=0, attend_to_masked=True)
     history = train(model, TM, steps=5, batch_size=4, doc_len=10, loss="cross_entropy", optimizer="adam", seed=0)
     assert len(history.loss) == 5 and np.isfinite(history.loss).all()
+
+
+def test_fixed_masks_and_epochs_match_reference_and_fast_paths() -> None:
+    from topicmech import reproduce as rp
+    from topicmech.model import OneLayerTransformer
+
+    tokens = rp.released_code_corpus(20, 0)
+    masks = rp.released_code_masks(tokens, 1)
+
+    def model():
+        return OneLayerTransformer(104, attention="learned", attend_to_masked=False, input_norm=True,
+                                   attention_bias=True, init="uniform", init_scale=1e-2, pad_id=100, seed=3)
+
+    runs = [train(m, tokens, steps=6, batch_size=8, loss="cross_entropy", optimizer="adam", masks=masks,
+                  sampling="epochs", path=path) for m, path in ((model(), "reference"), (model(), "auto"))]
+    assert np.allclose(runs[0].loss, runs[1].loss, rtol=1e-4)
+    with pytest.raises(ValueError, match="sampling='epochs' needs masks"):
+        train(model(), tokens, steps=2, sampling="epochs")
+    with pytest.raises(ValueError, match="masks must be"):
+        train(model(), tokens, steps=2, masks=(masks[0], masks[1][:, :3]))

@@ -148,8 +148,13 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
 
 def logits_from_xbar(model: nn.Module, xbar: torch.Tensor) -> torch.Tensor:
     """``z = W_U W_V W_E xbar (+ b_pred)`` on row vectors, skipping fixed identity factors (exact)."""
-    h = xbar if model.embedding == "one_hot" else xbar @ model.W_E.T                # (B, d)
+    if model.t is not None:                                                        # the released code's block
+        h = xbar @ model.token_embeddings()                                        # (B, d)
+    else:
+        h = xbar if model.embedding == "one_hot" else xbar @ model.W_E.T            # (B, d)
     out = h if model.value == "identity" else h @ model.W_V.T                      # (B, d)
+    if model.b_V is not None:
+        out = out + model.b_V
     z = out if model.head == "identity" else out @ model.unembedding.T             # (B, D)
     return z if model.b_pred is None else z + model.b_pred
 
@@ -222,6 +227,12 @@ def token_scores(model: OneLayerTransformer) -> torch.Tensor:
     """Attention scores in token space, query token by key token: ``S = A^T``, shape ``(D, D)``,
     with ``A`` = :meth:`~topicmech.model.OneLayerTransformer.key_query_matrix`."""
     scale = math.sqrt(model.d_model)
+    if model.t is not None or model.b_K is not None:                              # released-code switches
+        H = model.token_embeddings()                                               # (D, d)
+        q, k = H @ model.W_Q.T, H @ model.W_K.T                                    # (D, d) each
+        if model.b_K is not None:
+            q, k = q + model.b_Q, k + model.b_K
+        return q @ k.T / scale                                                     # (D, D)
     if model.embedding == "one_hot":
         return model.W_Q.T @ model.W_K / scale                                    # (D, D)
     return (model.W_Q @ model.W_E).T @ (model.W_K @ model.W_E) / scale             # (D, D)
@@ -271,6 +282,8 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
     visible = key_visibility(selected, inputs.shape, attend_to_masked=model.attend_to_masked)       # (B, N)
     if valid is not None:
         visible = visible & valid
+    if model.pad_id is not None:                                                   # padding is never a key
+        visible = visible & (inputs != model.pad_id)
     dtype = model.W_E.dtype
     counts = token_counts(inputs, visible.to(dtype), D)                           # (B, D) visible key tokens
     # one row per distinct (document, query token) among the selected positions
@@ -302,8 +315,12 @@ def fast_path(model: nn.Module) -> Literal["uniform", "learned"] | None:
     """The fast path :func:`topicmech.train.train` takes for ``model``: ``"uniform"`` or ``"learned"``
     for a :class:`~topicmech.model.OneLayerTransformer` by its attention, None for any other model
     (a subclass, one with a replaced ``forward``, or one that has had forward hooks: see
-    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`)."""
+    :attr:`~topicmech.model.OneLayerTransformer.forward_hooked`). With the released code's
+    switches (:attr:`~topicmech.model.OneLayerTransformer.released_code_switches`) only the
+    learned-attention path applies."""
     if type(model) is not OneLayerTransformer or "forward" in vars(model) or model.forward_hooked:
+        return None
+    if model.released_code_switches and model.attention == "uniform":
         return None
     return "uniform" if model.attention == "uniform" else "learned"
 

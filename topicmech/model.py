@@ -2,7 +2,10 @@
 attention-only encoder of ``num_layers`` multi-head layers (:class:`TwoLayerTransformer`).
 
 The one-layer model has no residual connection, LayerNorm, MLP or positional encoding, and no
-bias unless ``bias=True`` adds the authors' logit bias ``b_pred``. Matrices act on column
+bias unless ``bias=True`` adds the authors' logit bias ``b_pred``. Three switches, all off by
+default, rebuild the released code's model instead (:func:`topicmech.reproduce.released_code_run`):
+``input_norm`` (its embedding block), ``attention_bias`` (biases on the key, query and value
+maps), ``init="torch"`` (PyTorch's default initialisation), with ``pad_id`` for padded batches. Matrices act on column
 vectors (code: ``h @ W_V.T`` on rows); attention patterns are ``(batch, query, key)``.
 """
 
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -20,12 +24,15 @@ from .data import check_docs
 from .setting import check_attend_to_masked
 from .utils import check_choice, check_float, check_positive_int, make_generator
 
-__all__ = ["OneLayerTransformer", "TwoLayerTransformer", "key_visibility", "token_counts"]
+__all__ = ["INPUT_NORM_EPS", "OneLayerTransformer", "TwoLayerTransformer", "key_visibility", "token_counts"]
 
 Embedding = Literal["one_hot", "learned"]
 Attention = Literal["uniform", "learned"]
 Value = Literal["identity", "learned"]
 Head = Literal["identity", "tied", "learned"]
+Init = Literal["gaussian", "torch", "uniform"]
+#: The epsilon of the released code's embedding LayerNorm (Hugging Face BERT's default).
+INPUT_NORM_EPS = 1e-12
 
 
 def key_visibility(selected: torch.Tensor | None, shape: torch.Size, *, attend_to_masked: bool) -> torch.Tensor:
@@ -81,11 +88,29 @@ class OneLayerTransformer(nn.Module):
     bias : bool
         Add a trained logit bias ``b_pred`` (shape ``(D,)``, initially 0; the authors' ``b^pred``) to
         every position's logits; without it ``b_pred`` is None.
+    input_norm : bool
+        The released code's embedding block: token ``u`` enters as ``LayerNorm(W_E e_u + t)``, with
+        a trained token-type vector ``t`` (shape ``(d,)``, drawn from N(0, 1)) and a LayerNorm with
+        trained gain ``ln_weight`` (initially 1) and shift ``ln_bias`` (initially 0), epsilon
+        :data:`INPUT_NORM_EPS`. Without it ``t``, ``ln_weight``, ``ln_bias`` are None.
+    attention_bias : bool
+        Trained biases ``b_V`` on the value map and, with learned attention, ``b_K``, ``b_Q`` on
+        the key and query maps (None when absent), as in the released code.
+    init : {"gaussian", "torch", "uniform"}
+        ``"gaussian"``: N(0, ``init_scale``^2) entries; ``"torch"``: PyTorch's default for a
+        linear layer, uniform in ``+-1/sqrt(d)`` for ``W_K``, ``W_Q``, ``W_V`` and their biases
+        (``init_scale`` unused), the released code's default; ``"uniform"``: ``W_K``, ``W_Q``,
+        ``W_V`` uniform in ``[0, init_scale)`` and biases 0, the released code's small
+        initialisation (``zero_init_attn``). ``W_E``, ``W_U`` stay Gaussian.
+    pad_id : int, optional
+        A token id that marks padding: positions holding it are never keys.
     """
 
     def __init__(self, num_tokens: int, d_model: int | None = None, *, embedding: Embedding = "one_hot",
                  attention: Attention = "uniform", value: Value = "learned", head: Head = "identity",
-                 attend_to_masked: bool, init_scale: float = 0.01, bias: bool = False, seed: int = 0) -> None:
+                 attend_to_masked: bool, init_scale: float = 0.01, bias: bool = False, seed: int = 0,
+                 input_norm: bool = False, attention_bias: bool = False, init: Init = "gaussian",
+                 pad_id: int | None = None) -> None:
         super().__init__()
         D = check_positive_int("num_tokens", num_tokens)
         d = D if d_model is None else check_positive_int("d_model", d_model)
@@ -99,32 +124,57 @@ class OneLayerTransformer(nn.Module):
         self.init_scale = check_float("init_scale", init_scale, positive=False)
         self.attend_to_masked = check_attend_to_masked(attend_to_masked)
         self.num_tokens, self.d_model = D, d
+        self.init = check_choice("init", init, ("gaussian", "torch", "uniform"))
+        for name, flag in (("bias", bias), ("input_norm", input_norm), ("attention_bias", attention_bias)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if pad_id is not None and (isinstance(pad_id, bool) or not isinstance(pad_id, int)
+                                   or not 0 <= pad_id < D):
+            raise ValueError(f"pad_id must be None or a token id in [0, {D}), got {pad_id!r}")
+        self.pad_id = pad_id
         gen = make_generator(seed)
+        bound = 1.0 / math.sqrt(d)
+
+        def gaussian(*shape: int) -> nn.Parameter:
+            return nn.Parameter(init_scale * torch.randn(*shape, generator=gen))
+
+        def linear(*shape: int) -> nn.Parameter:   # torch.nn.Linear's default: U(-1/sqrt(d), 1/sqrt(d))
+            return nn.Parameter((2.0 * torch.rand(*shape, generator=gen) - 1.0) * bound)
+
+        def small_uniform(*shape: int) -> nn.Parameter:  # the released code's zero_init_attn
+            return nn.Parameter(init_scale * torch.rand(*shape, generator=gen))
 
         def init(*shape: int) -> nn.Parameter:
-            return nn.Parameter(init_scale * torch.randn(*shape, generator=gen))
+            return gaussian(*shape)
 
         if embedding == "one_hot":
             self.register_buffer("W_E", torch.eye(D))
         else:
             self.W_E = init(d, D)
+        attn_init = {"torch": linear, "uniform": small_uniform, "gaussian": gaussian}[self.init]
         if attention == "uniform":
             self.register_buffer("W_K", torch.zeros(d, d))
             self.register_buffer("W_Q", torch.zeros(d, d))
         else:
-            self.W_K = init(d, d)
-            self.W_Q = init(d, d)
+            self.W_K = attn_init(d, d)
+            self.W_Q = attn_init(d, d)
         if value == "identity":
             self.register_buffer("W_V", torch.eye(d))
         else:
-            self.W_V = init(d, d)
+            self.W_V = attn_init(d, d)
         if head == "learned":
             self.W_U = init(D, d)
         elif head == "identity":
             self.register_buffer("W_U_fixed", torch.eye(D))
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
         self.b_pred = nn.Parameter(torch.zeros(D)) if bias else None
+        bias_init = linear if self.init == "torch" else (lambda n: nn.Parameter(torch.zeros(n)))
+        learned_kq = attention_bias and attention == "learned"
+        self.b_K = bias_init(d) if learned_kq else None
+        self.b_Q = bias_init(d) if learned_kq else None
+        self.b_V = bias_init(d) if attention_bias and value == "learned" else None
+        self.t = nn.Parameter(torch.randn(d, generator=gen)) if input_norm else None
+        self.ln_weight = nn.Parameter(torch.ones(d)) if input_norm else None
+        self.ln_bias = nn.Parameter(torch.zeros(d)) if input_norm else None
         #: Whether a forward hook or pre-hook was ever registered (it stays set after the hook is removed):
         #: :func:`topicmech.train.train` then runs the forward pass, which the hooks see, not a fast path.
         self.forward_hooked = False
@@ -138,6 +188,30 @@ class OneLayerTransformer(nn.Module):
         """:meth:`torch.nn.Module.register_forward_pre_hook`, also setting :attr:`forward_hooked`."""
         self.forward_hooked = True
         return super().register_forward_pre_hook(hook, *args, **kwargs)
+
+    @property
+    def released_code_switches(self) -> bool:
+        """Whether any of ``input_norm``, ``attention_bias``, ``pad_id`` is on (the fast paths of
+        :mod:`topicmech.fast` then do not apply)."""
+        return (self.t is not None or self.b_V is not None or self.b_K is not None
+                or self.pad_id is not None)
+
+    def token_embeddings(self) -> torch.Tensor:
+        """What each token id enters the attention as, shape ``(D, d)``: ``W_E^T``, or with
+        ``input_norm`` the rows ``LayerNorm(W_E e_u + t)``."""
+        if self.t is None:
+            return self.W_E.T
+        return F.layer_norm(self.W_E.T + self.t, (self.d_model,), self.ln_weight, self.ln_bias, INPUT_NORM_EPS)
+
+    def effective_value_matrix(self) -> torch.Tensor:
+        """The map from a token's one-hot input to the logits it contributes, shape ``(D, D)``
+        (column ``u`` = input token ``u``): ``W_U (W_V h_u + b_V)`` with ``h_u`` the token's row of
+        :meth:`token_embeddings`; equal to :meth:`value_matrix` without the released code's
+        switches. Under uniform attention the logits are the mean of these columns over the keys."""
+        out = self.token_embeddings() @ self.W_V.T                                # (D, d)
+        if self.b_V is not None:
+            out = out + self.b_V
+        return self.unembedding @ out.T
 
     @property
     def unembedding(self) -> torch.Tensor:
@@ -172,6 +246,11 @@ class OneLayerTransformer(nn.Module):
             (self.unembedding if name == "W_U" else getattr(self, name)).requires_grad_(False)
         return self
 
+    def _visible(self, inputs: torch.Tensor, selected: torch.Tensor | None) -> torch.Tensor:
+        """Which positions are keys, BoolTensor ``(batch, N)``: :func:`key_visibility`, less padding."""
+        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device)
+        return visible if self.pad_id is None else visible & (inputs != self.pad_id)
+
     def run_with_cache(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Forward pass on token ids ``inputs`` ``(batch, N)`` with BoolTensor ``selected`` (optional),
         returning every intermediate: ``"embed"`` (batch, N, d); ``"attn.scores"`` (batch, query, key),
@@ -181,6 +260,8 @@ class OneLayerTransformer(nn.Module):
         h, scores, pattern = self._attend(inputs, selected)
         mixed = pattern @ h                                                       # (B, N, d)
         out = mixed @ self.W_V.T                                                  # (B, N, d)
+        if self.b_V is not None:
+            out = out + self.b_V
         logits = out @ self.unembedding.T                                         # (B, N, D)
         if self.b_pred is not None:
             logits = logits + self.b_pred
@@ -193,10 +274,13 @@ class OneLayerTransformer(nn.Module):
             return self.run_with_cache(inputs, selected)["logits"]
         inputs = _check_inputs(inputs, self.num_tokens)
         B, N = inputs.shape
-        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device, self.W_E.dtype)
+        visible = self._visible(inputs, selected).to(self.W_E.dtype)
         counts = token_counts(inputs, visible, self.num_tokens)                         # (B, D)
         xbar = counts / visible.sum(1, keepdim=True).clamp_min(1.0)                      # (B, D)
-        logits = ((xbar @ self.W_E.T) @ self.W_V.T) @ self.unembedding.T                 # (B, D)
+        out = (xbar @ self.token_embeddings()) @ self.W_V.T                              # (B, d)
+        if self.b_V is not None:
+            out = out + self.b_V
+        logits = out @ self.unembedding.T                                                # (B, D)
         if self.b_pred is not None:
             logits = logits + self.b_pred
         return logits[:, None, :].expand(B, N, self.num_tokens)
@@ -208,11 +292,13 @@ class OneLayerTransformer(nn.Module):
 
     def _attend(self, inputs: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Embeddings, scores and pattern of :meth:`run_with_cache` for checked ``inputs``."""
-        h = self.W_E.T[inputs]                                                    # (B, N, d)
+        h = self.token_embeddings()[inputs]                                       # (B, N, d)
         q = h @ self.W_Q.T                                                        # (B, N, d)
         k = h @ self.W_K.T                                                        # (B, N, d)
+        if self.b_K is not None:
+            q, k = q + self.b_Q, k + self.b_K
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_model)                  # (B, query, key)
-        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device)  # (B, key)
+        visible = self._visible(inputs, selected)                                 # (B, key)
         scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
         any_key = visible.any(dim=1)                                              # (B,)
         if bool(any_key.all()):                                                   # the usual case
@@ -225,7 +311,11 @@ class OneLayerTransformer(nn.Module):
     def extra_repr(self) -> str:
         return (f"D={self.num_tokens}, d={self.d_model}, embedding={self.embedding!r}, attention={self.attention!r}, "
                 f"value={self.value!r}, head={self.head!r}, attend_to_masked={self.attend_to_masked}"
-                + (", bias=True" if self.b_pred is not None else ""))
+                + (", bias=True" if self.b_pred is not None else "")
+                + (", input_norm=True" if self.t is not None else "")
+                + (", attention_bias=True" if self.b_V is not None or self.b_K is not None else "")
+                + (f", init={self.init!r}" if self.init != "gaussian" else "")
+                + (f", pad_id={self.pad_id}" if self.pad_id is not None else ""))
 
 
 class TwoLayerTransformer(nn.Module):
@@ -262,6 +352,11 @@ class TwoLayerTransformer(nn.Module):
     def embedding_gram(self) -> torch.Tensor:
         """``W_E^T W_E``, shape ``(D, D)``."""
         return self.W_E.T @ self.W_E
+
+    def _visible(self, inputs: torch.Tensor, selected: torch.Tensor | None) -> torch.Tensor:
+        """Which positions are keys, BoolTensor ``(batch, N)``: :func:`key_visibility`, less padding."""
+        visible = key_visibility(selected, inputs.shape, attend_to_masked=self.attend_to_masked).to(inputs.device)
+        return visible if self.pad_id is None else visible & (inputs != self.pad_id)
 
     def run_with_cache(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Forward pass; keys ``"embed"``, ``"blocks.{l}.attn.pattern"`` (batch, head, query, key)

@@ -3,6 +3,10 @@
 The one-layer model is trained jointly on LDA data shaped like the authors' released synthetic
 set (10 topics of 10 words, ``alpha = 0.1``, documents of 100 to 150 words); attention is read
 by the authors' three categories and the norms of ``W^K``, ``W^Q``, ``W^V`` are recorded.
+
+:func:`released_code_run` replays the released code's training path with the core's one model
+class (its released-code switches) and the one training loop (fixed masks, shuffled epochs);
+:func:`synthetic_run` is our clean setting.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ import numpy as np
 import torch
 
 from .data import LDATopicModel, TopicModel, check_topic_model
+from .fast import sample_variable_length, selected_loss
 from .model import OneLayerTransformer, TwoLayerTransformer
 from .probes import masked_means, pair_relations
+from .setting import BERT_MASKING, Masking
 from .traces import reaching_step
 from .train import train
-from .utils import check_positive_int
+from .utils import check_choice, check_float, check_positive_int, make_generator, spawn_seeds
 
-__all__ = ["RELATIONS", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
+__all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
+           "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
+           "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
 
 #: The authors' three attention categories, in the order of their table.
@@ -180,3 +188,268 @@ def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) 
     if any(e and not c for c, e in zip(checks, essential)):
         return "not"
     return "partly"
+
+
+# --------------------------------------------------------------------------------------------
+# The released code's training path, replayed
+# --------------------------------------------------------------------------------------------
+
+#: The released code's special tokens in our id layout (words ``0..V-1`` in topic order first,
+#: ``[MASK]`` last, as everywhere in the package); the released code numbers them 0-3.
+RELEASED_IDS: dict[str, int] = {"PAD": 100, "START": 101, "END": 102, "MASK": 103}
+
+
+def released_code_corpus(num_docs: int, seed: int | torch.Generator, *, topic_model: TopicModel | None = None,
+                         min_len: int = 100, max_len: int = 150) -> torch.Tensor:
+    """Documents as the released code's loader builds them: ``[START]``, ``min_len`` to ``max_len``
+    words, ``[END]``, right-padded with ``[PAD]``; LongTensor of shape ``(num_docs, max_len + 2)``
+    in the id layout :data:`RELEASED_IDS` (the topic model must have 100 words)."""
+    topic_model = authors_lda() if topic_model is None else check_topic_model(topic_model)
+    if topic_model.vocab_size != RELEASED_IDS["PAD"]:
+        raise ValueError(f"the released code's layout needs a topic model of 100 words, got {topic_model.vocab_size}")
+    words, lengths = sample_variable_length(topic_model, num_docs, min_len, max_len, seed)  # (n, max_len), (n,)
+    pos = torch.arange(max_len + 2)[None, :]                                     # (1, max_len + 2)
+    tokens = torch.full((len(words), max_len + 2), RELEASED_IDS["PAD"], dtype=torch.long)
+    tokens[:, 1:-1] = torch.where(pos[:, 1:-1] <= lengths[:, None], words, RELEASED_IDS["PAD"])
+    tokens[:, 0] = RELEASED_IDS["START"]
+    tokens[torch.arange(len(words)), lengths + 1] = RELEASED_IDS["END"]
+    return tokens
+
+
+def released_code_masks(tokens: torch.Tensor, seed: int | torch.Generator, *, masking: Masking = BERT_MASKING,
+                        num_tokens: int = 104, max_tries: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks drawn once per document, as the released code's data set does: every word (not
+    ``[PAD]``, ``[START]``, ``[END]``) is selected with probability ``masking.mask_prob``, the draw
+    repeated (up to ``max_tries`` times) until a document has a selected position; a selected
+    word shows ``[MASK]``, a replacement drawn uniformly from **every** id (special tokens
+    included) or itself. Returns ``(inputs, selected)``, both of the shape of ``tokens``."""
+    gen = make_generator(seed)
+    is_word = tokens < RELEASED_IDS["PAD"]                                       # (n, L)
+    selected = torch.zeros_like(is_word)
+    todo = torch.ones(len(tokens), dtype=torch.bool)
+    for _ in range(check_positive_int("max_tries", max_tries)):
+        rows = todo.nonzero().squeeze(1)
+        if len(rows) == 0:
+            break
+        selected[rows] = (torch.rand(len(rows), tokens.shape[1], generator=gen) < masking.mask_prob) & is_word[rows]
+        todo = ~selected.any(1)
+    branch = torch.rand(tokens.shape, generator=gen)
+    random_ids = torch.randint(num_tokens, tokens.shape, generator=gen)
+    p_mask = 1.0 - masking.keep_prob - masking.random_prob
+    inputs = torch.where(selected & (branch >= p_mask) & (branch < p_mask + masking.random_prob), random_ids, tokens)
+    inputs = inputs.masked_fill(selected & (branch < p_mask), RELEASED_IDS["MASK"])
+    return inputs, selected
+
+
+def topic_gaps(M: np.ndarray | torch.Tensor, words_per_topic: int = 10) -> dict[str, float]:
+    """Of a word-by-word matrix in topic order: same-topic off-diagonal mean minus different-topic
+    mean (``"same_topic_gap"``), diagonal mean minus different-topic mean (``"diagonal_gap"``)."""
+    M = np.asarray(M, dtype=float)
+    topic = np.arange(len(M)) // check_positive_int("words_per_topic", words_per_topic)
+    same, eye = topic[:, None] == topic[None, :], np.eye(len(M), dtype=bool)
+    diff = M[~same].mean()
+    return {"same_topic_gap": float(M[same & ~eye].mean() - diff), "diagonal_gap": float(M[eye].mean() - diff)}
+
+
+@dataclass
+class ReleasedCodeRun:
+    """What :func:`released_code_run` measures (words in topic order, ids ``0..99``).
+
+    Attributes
+    ----------
+    value_matrix, effective_value_matrix : ndarray, shape (100, 100)
+        The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to
+        the logits over words through the LayerNorm, the token-type vector and ``b^V``.
+    dev_loss : float
+        Cross-entropy on the held-out documents with their own fixed masks, the mean over
+        batches of 40 (the released code's dev loss).
+    steps, norms : ndarray (k,), dict of str to ndarray (k,)
+        Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at every step (0 = initialisation).
+    train_loss : ndarray, shape (steps,)
+        The minibatch loss at each step.
+    attention : dict of str to float
+        :func:`authors_attention_categories` on the first 500 clean held-out documents cut to
+        ``[START]`` and 99 words (``[START]`` left out of the pairs).
+    """
+
+    value_matrix: np.ndarray
+    effective_value_matrix: np.ndarray
+    dev_loss: float
+    steps: np.ndarray
+    norms: dict[str, np.ndarray]
+    train_loss: np.ndarray
+    attention: dict[str, float]
+    model: OneLayerTransformer = field(repr=False)
+
+
+def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, seed: int = 0,
+                      optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
+                      zero_init_noise: float | None = None, embedding_block: bool = True,
+                      num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
+    """Replay the released code's training path with the core model and training loop.
+
+    One-hot inputs through the embedding block (a token-type vector and a LayerNorm, both
+    trained); biases on the value (and, when learned, key and query) maps; an identity decoder;
+    ``[PAD]``/``[START]``/``[END]`` tokens (:func:`released_code_corpus`); masks drawn once per
+    document (:func:`released_code_masks`), selected positions hidden as keys (the released
+    code's convention); ``num_train`` training documents in shuffled batches of ``batch_size``;
+    cross-entropy over all 104 ids; ``optimizer="adam"`` is ``torch.optim.AdamW`` without weight
+    decay (the same arithmetic as Adam); the dev loss on ``num_dev`` held-out documents with their
+    own masks.
+
+    Parameters
+    ----------
+    attention : {"uniform", "learned"}
+        ``W^K = W^Q = 0`` frozen (the demonstration configuration), or trained.
+    zero_init_noise : float, optional
+        None: PyTorch's default initialisation of ``W^K``, ``W^Q``, ``W^V`` (the demonstration);
+        a value: the released code's ``zero_init_attn``, entries uniform in ``[0, noise)``.
+    embedding_block : bool
+        False turns the token-type vector and LayerNorm off (the one switch to our clean model).
+    seed : int
+        Seeds the corpora, the masks, the initialisation and the batch order.
+    """
+    check_choice("attention", attention, ("uniform", "learned"))
+    steps = check_positive_int("steps", steps)
+    if zero_init_noise is not None:
+        zero_init_noise = check_float("zero_init_noise", zero_init_noise)
+    if not isinstance(embedding_block, bool):
+        raise ValueError(f"embedding_block must be True or False, got {embedding_block!r}")
+    corpus_seed, dev_seed, mask_seed, dev_mask_seed, model_seed, batch_seed = spawn_seeds(seed, 6)
+    tokens = released_code_corpus(check_positive_int("num_train", num_train), corpus_seed)
+    dev = released_code_corpus(check_positive_int("num_dev", num_dev), dev_seed)
+    masks = released_code_masks(tokens, mask_seed)
+    dev_inputs, dev_selected = released_code_masks(dev, dev_mask_seed)
+    model = OneLayerTransformer(len(RELEASED_IDS) + 100, attention=attention, value="learned", attend_to_masked=False,
+                                input_norm=embedding_block, attention_bias=True,
+                                init="torch" if zero_init_noise is None else "uniform",
+                                init_scale=0.0 if zero_init_noise is None else zero_init_noise,
+                                pad_id=RELEASED_IDS["PAD"], seed=model_seed)
+    probes = {name: (lambda m, name=name: float(getattr(m, name).norm())) for name in ("W_K", "W_Q", "W_V")}
+    hist = train(model, tokens, steps=steps, batch_size=check_positive_int("batch_size", batch_size),
+                 loss="cross_entropy", optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
+                 seed=batch_seed, probes=probes, probe_every=1)
+    with torch.no_grad():
+        dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
+                                          dev_selected[i:i + batch_size], "cross_entropy"))
+                      for i in range(0, len(dev), batch_size)]
+        clean = dev[:500, :100]                                                    # [START] + 99 words
+        pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
+        cats = authors_attention_categories(pattern, clean[:, 1:], authors_lda().topic_of_word)
+        words = slice(0, 100)
+        value = model.W_V.detach()[words, words].double().numpy()
+        effective = model.effective_value_matrix().detach()[words, words].double().numpy()
+    return ReleasedCodeRun(value_matrix=value, effective_value_matrix=effective, dev_loss=float(np.mean(dev_losses)),
+                           steps=np.asarray(hist.probe_step), norms={k: hist.probe(k) for k in probes},
+                           train_loss=np.asarray(hist.loss), attention=cats, model=model)
+
+
+#: The (optimizer, learning rate) rows of the authors' attention table, in their order.
+AUTHORS_ROWS: tuple[tuple[str, float], ...] = (("adam", 0.003), ("adam", 0.01), ("adam", 0.03), ("sgd", 0.01),
+                                               ("sgd", 0.03))
+#: Steps at which stored norm readings are kept (the authors' stage landmarks).
+NORM_LANDMARKS: tuple[int, ...] = (100, 400, 700, 1000)
+
+
+def _norm_metrics(steps: np.ndarray, norms: dict[str, np.ndarray], prefix: str, every: int = 10) -> dict:
+    out: dict = {}
+    steps = np.asarray(steps)
+    keep = steps % every == 0
+    out[f"{prefix}curve_steps"] = steps[keep].tolist()
+    for name, values in norms.items():
+        values = np.asarray(values, dtype=float)
+        out[f"{prefix}{name}_curve"] = values[keep].tolist()
+        for landmark in NORM_LANDMARKS:
+            if landmark <= steps[-1]:
+                out[f"{prefix}{name}_at_{landmark}"] = float(np.interp(landmark, steps, values))
+        leave = leave_zero_step(steps, values, 0.1)        # a norm that never rises: the last step
+        out[f"{prefix}{name}_leave_step"] = float(steps[-1] if leave is None else leave)
+    plateau = reaching_step(steps, norms["W_V"], fraction=0.9, reference="final")
+    out[f"{prefix}W_V_plateau_step"] = float(steps[-1] if plateau is None else plateau)
+    return out
+
+
+def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"], steps: int,
+                          optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
+                          zero_init_noise: float | None = None, embedding_block: bool = True,
+                          num_dev: int = 10_000) -> dict:
+    """:func:`released_code_run` reduced to numbers (for :func:`topicmech.results.store`): the dev
+    loss, :func:`topic_gaps` of the effective map (``effective_*``) and of ``W^V`` (``value_*``),
+    the final norms and the attention categories."""
+    run = released_code_run(attention=attention, steps=steps, seed=seed, optimizer=optimizer, lr=lr,
+                            zero_init_noise=zero_init_noise, embedding_block=embedding_block, num_dev=num_dev)
+    out = {"dev_loss": run.dev_loss}
+    out.update({f"effective_{k}": v for k, v in topic_gaps(run.effective_value_matrix).items()})
+    out.update({f"value_{k}": v for k, v in topic_gaps(run.value_matrix).items()})
+    out.update({f"{name}_final": float(v[-1]) for name, v in run.norms.items()})
+    out.update(run.attention)
+    return out
+
+
+def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3) -> dict:
+    """The authors' attention table and norm curves in one of three settings, one seed, every
+    row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
+    the same seed whatever the others are, so a subset reruns to the same numbers).
+
+    ``"replay"``: :func:`released_code_run` with learned attention from the released code's
+    small initialisation (``zero_init_noise``); ``"no_embedding_block"``: the same without the
+    token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
+    prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
+    norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
+    never rises) and curves every 10 steps.
+    """
+    check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
+    rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
+    out: dict = {}
+    if setting == "clean":
+        lda = authors_lda()
+        corpus_seed, heldout_seed = spawn_seeds(seed, 2)
+        train_docs = sample_variable_length(lda, 10_000, 100, 150, seed=corpus_seed)
+        heldout = lda.sample(500, 100, heldout_seed)
+    for optimizer, lr in rows:
+        prefix = f"{optimizer}_{lr:g}."
+        if setting == "clean":
+            run = synthetic_run(seed, optimizer=optimizer, lr=lr, steps=steps, train_docs=train_docs,
+                                heldout=heldout, probe_every=10)
+            attention, steps_read, norms = run.attention, run.steps, run.norms
+        else:
+            run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
+                                    zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
+                                    num_dev=2_000)
+            attention, steps_read, norms = run.attention, run.steps, run.norms
+            out[prefix + "dev_loss"] = run.dev_loss
+        out.update({prefix + k: float(v) for k, v in attention.items()})
+        out.update(_norm_metrics(steps_read, norms, prefix))
+    return out
+
+
+def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
+                      attempted: str | None = None) -> str:
+    """The verdict on one row of the attention table, by magnitude and order.
+
+    ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). ``"reproduced"`` when
+    our same-topic / different-topic ratio lies within ``factor`` of the authors' (either way)
+    **and** the order of the three categories is theirs; ``"partly (...)"`` naming what holds
+    when same topic beats different topic as theirs does but the ratio or the order misses;
+    ``"not reproduced"`` when it does not; ``attempted``, a reason, gives
+    ``"not faithfully attempted (reason)"`` instead.
+    """
+    factor = check_float("factor", factor)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor!r}")
+    if attempted is not None:
+        return f"not faithfully attempted ({attempted})"
+    for name, d in (("ours", ours), ("authors", authors)):
+        if set(RELATIONS) - set(d):
+            raise ValueError(f"{name} must give {', '.join(RELATIONS)}, got {sorted(d)}")
+    ratio = ours["same_topic"] / ours["diff_topic"]
+    theirs = authors["same_topic"] / authors["diff_topic"]
+    if not (ratio > 1) == (theirs > 1) or ratio <= 1:
+        return "not reproduced"
+    order = sorted(RELATIONS, key=lambda k: -ours[k]) == sorted(RELATIONS, key=lambda k: -authors[k])
+    close = 1 / factor <= ratio / theirs <= factor
+    if close and order:
+        return "reproduced"
+    held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
+    return f"partly ({', '.join(held)}; ratio x{ratio / theirs:.2f} theirs)"

@@ -92,6 +92,42 @@ def _batches(data: TopicModel | torch.Tensor, steps: int, batch_size: int, doc_l
         yield batch
 
 
+def _fixed_mask_batches(docs: torch.Tensor, masks: tuple[torch.Tensor, torch.Tensor], steps: int, batch_size: int,
+                        sampling: str, gen: torch.Generator,
+                        device: torch.device) -> Iterator[tuple[torch.Tensor, ...]]:
+    """``(docs, inputs, selected, None)`` of each step from masks drawn once per document: rows
+    resampled with replacement, or shuffled epochs (a fresh permutation each epoch, the last
+    batch of an epoch smaller when ``batch_size`` does not divide the number of documents)."""
+    inputs, selected = masks
+    done = 0
+    while done < steps:
+        if sampling == "replacement":
+            order = [torch.randint(len(docs), (batch_size,), generator=gen)]
+        else:
+            order = torch.randperm(len(docs), generator=gen).split(batch_size)
+        for idx in order:
+            batch = (docs[idx], inputs[idx], selected[idx], None)
+            if device.type != "cpu":
+                batch = tuple(None if t is None else t.to(device, non_blocking=True) for t in batch)
+            yield batch
+            done += 1
+            if done == steps:
+                return
+
+
+def _check_masks(masks: object, docs: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if not (isinstance(masks, tuple) and len(masks) == 2):
+        raise ValueError(f"masks must be a tuple (inputs, selected) of the shape of data, got {type(masks).__name__}")
+    inputs = check_docs(masks[0], num_tokens, name="masks[0] (inputs)")
+    selected = masks[1]
+    if tuple(inputs.shape) != tuple(docs.shape) or not isinstance(selected, torch.Tensor) \
+            or selected.dtype != torch.bool or tuple(selected.shape) != tuple(docs.shape):
+        raise ValueError(f"masks must be (inputs, selected): a LongTensor and a BoolTensor of shape "
+                         f"{tuple(docs.shape)}, got {tuple(inputs.shape)} and {type(selected).__name__} "
+                         f"{tuple(getattr(selected, 'shape', ()))}")
+    return inputs, selected
+
+
 def check_phases(phases: object, name: str = "phases") -> tuple[tuple[int, float], ...]:
     """Raise ``ValueError`` naming ``name`` unless ``phases`` is a non-empty sequence of ``(steps, lr)``
     pairs with int ``steps >= 1`` and finite ``lr > 0``; return it as a tuple of ``(int, float)`` pairs."""
@@ -124,7 +160,9 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
           l2: float = 0.0, masking: Masking = BERT_MASKING, seed: int | Sequence[int] = 0,
           probes: Mapping[str, Probe] | None = None,
           probe_every: int | None = None, progress: bool = False, lengths: torch.Tensor | None = None,
-          check_every: int | None = None, path: Literal["auto", "fast", "reference"] = "auto") -> History:
+          check_every: int | None = None, path: Literal["auto", "fast", "reference"] = "auto",
+          masks: tuple[torch.Tensor, torch.Tensor] | None = None,
+          sampling: Literal["replacement", "epochs"] = "replacement") -> History:
     """Train the tensors with ``requires_grad`` of ``model`` by masked language modelling.
 
     Parameters
@@ -158,6 +196,14 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         ``"auto"`` takes a fast path when one applies (:func:`topicmech.fast.fast_path`),
         ``"fast"`` raises if none does, ``"reference"`` always uses the model's forward pass and
         :func:`topicmech.losses.mlm_loss`. All draw the same documents and masks and agree up to rounding.
+    masks : (inputs, selected), optional
+        With a tensor ``data``: corrupted inputs (ids in ``[0, num_tokens)``) and selections, one
+        row per document, drawn once (as the released code does) instead of fresh every step;
+        ``masking`` is then unused. Runs on the reference path, or the learned-attention fast path.
+    sampling : {"replacement", "epochs"}
+        How a tensor ``data`` is batched: resampled with replacement every step, or (with
+        ``masks``) in shuffled epochs, each document once per epoch, like
+        ``torch.utils.data.DataLoader(shuffle=True)``.
     """
     check_choice("optimizer", optimizer, ("sgd", "adam"))
     if phases is None:
@@ -182,9 +228,17 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
     if probes is not None and (not isinstance(probes, Mapping)
                                or not all(isinstance(k, str) and callable(f) for k, f in probes.items())):
         raise ValueError(f"probes must map names (str) to functions of the model, got {probes!r}")
+    check_choice("sampling", sampling, ("replacement", "epochs"))
+    if sampling == "epochs" and masks is None:
+        raise ValueError("sampling='epochs' needs masks=(inputs, selected) drawn once per document")
+    if masks is not None and (isinstance(data, TopicModel) or lengths is not None):
+        raise ValueError("masks needs a tensor of documents as data and takes no lengths")
     route = None if check_choice("path", path, ("auto", "fast", "reference")) == "reference" else fast.fast_path(model)
+    if masks is not None and route == "uniform":  # the uniform fast path draws its own masks
+        route = None
     if path == "fast" and route is None:
-        raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, got {type(model).__name__}")
+        raise ValueError(f"path='fast' needs a OneLayerTransformer without forward hooks, "
+                         f"released-code switches with uniform attention, or masks, got {type(model).__name__}")
     if check_every is None:
         check_every = 100 if route == "uniform" else 1
     check_every = check_positive_int("check_every", check_every)
@@ -199,6 +253,8 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         if data.shape[0] == 0 or data.shape[1] == 0:
             raise ValueError(f"data must hold at least one document of at least one token, got shape {tuple(data.shape)}")
         doc_len = data.shape[1]
+        if masks is not None:
+            masks = _check_masks(masks, data, model.num_tokens)
         if lengths is not None:
             if route is None:
                 raise ValueError("lengths (padded documents) needs a fast path: a OneLayerTransformer, path 'auto'/'fast'")
@@ -235,7 +291,9 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
             opt = fast.TorchOptimKernels(params, optimizer, lr, fused=route is not None)
             every = max(1, steps // 50) if probe_every is None else probe_every
             gen, device = make_generator(seed), params[0].device
-            if route == "uniform":
+            if masks is not None:
+                batches = _fixed_mask_batches(data, masks, steps, batch_size, sampling, gen, device)
+            elif route == "uniform":
                 batches = fast.uniform_batches(model, data, steps, batch_size, doc_len, lengths, masking, gen,
                                                params[0].dtype, device)
             else:
