@@ -37,6 +37,42 @@ REFERENCE_LEARNED_MS_PER_STEP_EARLIER = 36.8
 TARGET_LEARNED_MS_PER_STEP = 4.0   # the package's train(), one torch thread
 
 
+DEVICE_ENV = "TOPICMECH_BENCH_DEVICE"   # set by --device; inherited by the worker processes
+
+
+def add_device_option(ap: Any) -> None:
+    """``--device {auto,cpu,cuda}`` on a benchmark's argument parser (auto: topicmech's default device,
+    CUDA in full mode when present)."""
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default=os.environ.get(DEVICE_ENV, "auto"),
+                    help="where the models run (default auto: CUDA in TOPICMECH_MODE=full when present)")
+
+
+def apply_device(args: Any) -> str:
+    """Fix the device of this benchmark and of its workers from ``args.device``; return its name."""
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device on this machine")
+    os.environ[DEVICE_ENV] = args.device
+    return str(device())
+
+
+def device() -> Any:
+    """The device the benchmark runs on: ``--device``, else :func:`topicmech.utils.default_device`."""
+    import torch
+
+    from topicmech.utils import default_device
+
+    name = os.environ.get(DEVICE_ENV, "auto")
+    return default_device() if name == "auto" else torch.device(name)
+
+
+def results_name(name: str) -> str:
+    """The results file of a benchmark: ``name`` on the CPU, ``name_cuda`` on a GPU, so the stored CPU
+    figures are never overwritten by a GPU run."""
+    return name if device().type == "cpu" else f"{name}_{device().type}"
+
+
 def load_average() -> list[float]:
     """1, 5 and 15-minute load averages (``uptime``)."""
     try:
@@ -73,6 +109,7 @@ def machine(threads: int | None = None) -> dict[str, Any]:
         "numpy": np.__version__,
         "torch_threads": threads if threads is not None else torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "device": str(device()),
         "mode": os.environ.get("TOPICMECH_MODE", "quick"),
         "load_average": load_average(),
         "uptime": uptime,
@@ -128,8 +165,9 @@ def table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``results/<name>.json`` (``<name>_cuda.json`` when run on a GPU)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = RESULTS / f"{results_name(name)}.json"
     path.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n", encoding="utf-8")
     return path
 

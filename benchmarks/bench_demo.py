@@ -48,12 +48,11 @@ def worker(impl: str, threads: int, seed: int) -> dict:
     torch.set_num_threads(threads)
     import topicmech as tm
     from topicmech import fast
-    from topicmech.utils import default_device
 
     t_import = time.perf_counter() - T_START
     rss_after_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = SETTING
-    device = default_device()
+    device = C.device()
     w0, c0 = time.perf_counter(), time.process_time()
     lda = tm.LDATopicModel(s["num_topics"], s["words_per_topic"], s["alpha"])
     docs, lengths = fast.sample_variable_length(lda, s["num_docs"], s["min_len"], s["max_len"], seed=seed)
@@ -91,11 +90,13 @@ def worker(impl: str, threads: int, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    C.add_device_option(ap)
     ap.add_argument("--runs", type=int, default=5, help="runs of the fast path (at most 3 with 2+ threads)")
     ap.add_argument("--generic-runs", type=int, default=3, help="runs of the general training loop (0: skip)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--name", default="demo", help="results/<name>.json")
     args = ap.parse_args(argv)
+    C.apply_device(args)
     script = Path(__file__).resolve()
     # two threads on two shared cores can be 10-30x slower: fewer runs there
     configs = [("fast", t, args.runs if t == 1 else min(args.runs, 3)) for t in args.threads]

@@ -53,10 +53,9 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
     import topicmech as tm
     from topicmech import fast
     from topicmech.losses import mlm_loss
-    from topicmech.utils import default_device
 
     torch.set_num_threads(threads)
-    device = default_device()
+    device = C.device()
     s = SETTING
     lda = tm.LDATopicModel(s["num_topics"], s["words_per_topic"], s["alpha"])
     docs = lda.sample(s["num_docs"], s["doc_len"], seed=0)
@@ -111,11 +110,13 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    C.add_device_option(ap)
     ap.add_argument("--runs", type=int, default=3, help="timed runs per measurement (median, min, max)")
     ap.add_argument("--steps", type=int, default=200, help="optimisation steps per timed run, fast path")
     ap.add_argument("--reference-steps", type=int, default=20, help="steps per timed run, reference path")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     args = ap.parse_args(argv)
+    C.apply_device(args)
     if args.runs < 1 or args.steps < 1 or args.reference_steps < 1:
         raise SystemExit("--runs, --steps and --reference-steps must be positive (the default reports the "
                          "median of 3 runs)")

@@ -44,10 +44,9 @@ def measure(runs: int, full: bool) -> list[dict]:
     import torch
 
     import topicmech as tm
-    from topicmech.utils import default_device
 
     torch.set_num_threads(1)
-    device = default_device()
+    device = C.device()
     full = full and device.type == "cuda"  # the larger grid only on a GPU; on a CPU it would take hours
     grid = GRID_FULL if full else GRID
     out = []
@@ -83,8 +82,10 @@ def main(argv: list[str] | None = None) -> dict:
     from topicmech.utils import is_full
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    C.add_device_option(ap)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
+    C.apply_device(args)
     load_before = C.load_average()
     results = measure(args.runs, is_full())
     info = C.machine(threads=1)

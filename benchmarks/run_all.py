@@ -8,7 +8,8 @@
 demonstration-setting benchmark runs once more at the end (``demo_rerun.json``), so a
 burst of load from other users during the first run shows up as a disagreement between
 the two. Set ``TOPICMECH_MODE=full`` to use a GPU when one is present and to extend the
-scaling grid.
+scaling grid; ``--device cpu|cuda`` fixes the device (results on a GPU go to ``<name>_cuda.json``,
+with the device named in their ``machine`` entry).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
     ap.add_argument("--no-rerun", action="store_true", help="skip the final rerun of the demonstration setting")
+    C.add_device_option(ap)
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           C.DEVICE_ENV: args.device}   # every benchmark on this device; GPU results in <name>_cuda.json
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MPLBACKEND", "Agg")
     names = args.only or list(BENCHMARKS)

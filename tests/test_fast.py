@@ -105,15 +105,18 @@ def test_learns_topic_blocks(lda):
 @pytest.mark.parametrize("name", ["adam", "sgd"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
-    """TorchOptimKernels updates exactly like torch.optim's SGD and fused Adam, and with
-    fused=False (the general training path) exactly like the default Adam."""
+    """TorchOptimKernels updates exactly like torch.optim's SGD and fused Adam (the default Adam
+    where torch has no fused CPU kernel, before 2.4), and with fused=False (the general training
+    path) exactly like the default Adam."""
     gen = torch.Generator().manual_seed(0)
     p1 = torch.nn.Parameter(torch.randn(7, 5, generator=gen, dtype=dtype))
     p2, p3, p4 = (torch.nn.Parameter(p1.detach().clone()) for _ in range(3))
     q1 = torch.nn.Parameter(torch.randn(3, generator=gen, dtype=dtype))     # a second tensor, sometimes no grad
     q2 = torch.nn.Parameter(q1.detach().clone())
     lr = 0.03 if name == "adam" else 0.3
-    ref = torch.optim.Adam([p1, q1], lr=lr, fused=True) if name == "adam" else torch.optim.SGD([p1, q1], lr=lr)
+    cpu_fused = "cpu" in fast.FUSED_DEVICES
+    ref = (torch.optim.Adam([p1, q1], lr=lr, fused=cpu_fused or None) if name == "adam"
+           else torch.optim.SGD([p1, q1], lr=lr))
     ours = fast.TorchOptimKernels([p2, q2], name, lr)
     default = torch.optim.Adam([p3], lr=lr) if name == "adam" else torch.optim.SGD([p3], lr=lr)
     ours_unfused = fast.TorchOptimKernels([p4], name, lr, fused=False)
@@ -134,6 +137,7 @@ def test_optimiser_kernels_bit_identical_to_torch_optim(name, dtype):
                                    atol=1e-7 if dtype == torch.float32 else 0.0)
     assert (ours.exp_avg == []) == (name == "sgd")                         # SGD keeps no state
     assert fast.TorchOptimKernels([torch.zeros(2, dtype=torch.int64)], name, lr).fused is False   # never fused
+    assert fast.TorchOptimKernels([p2], name, lr).fused is cpu_fused
 
 
 def test_train_uniform_is_train(docs):

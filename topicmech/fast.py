@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.optim.adam import adam as _adam_kernel  # torch.optim's functional kernels
 from torch.optim.sgd import sgd as _sgd_kernel
+from torch.torch_version import TorchVersion
 
 from .data import TopicModel, check_topic_model, corrupt
 from .losses import LOSS_KINDS, LossKind
@@ -32,9 +33,13 @@ from .model import OneLayerTransformer, key_visibility, token_counts
 from .setting import Masking
 from .utils import check_choice, check_positive_int, make_generator
 
-__all__ = ["TorchOptimKernels", "fast_path", "selected_loss", "token_scores", "uniform_loss", "logits_from_xbar",
+__all__ = ["FUSED_DEVICES", "TorchOptimKernels", "fast_path", "selected_loss", "token_scores", "uniform_loss", "logits_from_xbar",
            "chunk_statistics", "uniform_batches", "is_value_only", "value_step", "check_lengths",
            "sample_variable_length", "pad_documents"]
+
+# The devices whose parameters Adam's fused kernel accepts: CUDA, and the CPU from torch 2.4 on
+# (torch 2.3, the lowest release the package supports, has no fused CPU kernel).
+FUSED_DEVICES: tuple[str, ...] = ("cpu", "cuda") if TorchVersion(torch.__version__) >= (2, 4) else ("cuda",)
 
 _CHUNK_BUDGET = 1 << 18  # elements per (steps, batch, N) buffer of a chunk: 2 MB as int64
 
@@ -189,12 +194,13 @@ class TorchOptimKernels:
     kept here, because constructing a ``torch.optim`` class imports ``torch._dynamo`` (about
     1.5 s of CPU and 60-80 MiB in a fresh process), which would make the demonstration run
     about 1.5 times slower. ``fused`` asks for Adam's fused kernel, used wherever the parameters
-    allow it (floating point, on the CPU or CUDA).
+    allow it: floating point, on CUDA, or on the CPU from torch 2.4 on (:data:`FUSED_DEVICES`);
+    elsewhere Adam runs its default kernel, which agrees to float rounding.
     """
 
     def __init__(self, params: list[torch.Tensor], optimizer: str, lr: float, *, fused: bool = True) -> None:
         self.params, self.optimizer, self.lr = list(params), check_choice("optimizer", optimizer, ("sgd", "adam")), float(lr)
-        can_fuse = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+        can_fuse = all(p.is_floating_point() and p.device.type in FUSED_DEVICES for p in self.params)
         self.fused = can_fuse and bool(fused)
         adam = optimizer == "adam"                          # SGD keeps no state
         self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params if adam]
