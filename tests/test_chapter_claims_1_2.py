@@ -1,6 +1,6 @@
 """Multi-seed checks of the claims of chapters 1 and 2.
 
-Chapter 1 (*Topic models as a sandbox*) and its appendix on the samplers: the samplers match the exact word, topic and
+Chapter 1 (*Topic models as a sandbox*): the samplers match the exact word, topic and
 co-occurrence statistics within sampling error, in the book's setting and others; the
 exact co-occurrence matrix is constant on the three orbits of the symmetry group; LDA
 with alpha* = (tau - 1)/(T - tau) has the simplified model's co-occurrence matrix, yet few
