@@ -17,13 +17,17 @@ Jupyter Book and without the repository:
   the package is missing; the extra brings everything a chapter imports;
 * ``from myst_nb import glue`` becomes a fallback: myst_nb's ``glue`` when it is installed,
   otherwise a stand-in that records each value in a dict (``GLUED``) and shows it when
-  ``display`` is true.
+  ``display`` is true;
+* the ``{pagetime}`page``` role of the book (``book/_ext/run_times.py``) becomes the text
+  it renders, the stored run time of the page ("about 9 s on two CPU cores"), so
+  regenerate the notebooks after ``benchmarks/bench_chapters.py`` has stored new times.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -38,6 +42,7 @@ NOTE = "*Solution removed in the students' edition.*"
 REPO_URL = "https://github.com/topicmech/topicmech.git"
 # Pages that cannot run outside the repository, with the reason.
 EXCLUDED = {"performance": "reads the stored benchmark results in benchmarks/results/"}
+PAGETIME = re.compile(r"\{pagetime\}`([^`]*)`")
 GLUE_IMPORT = re.compile(r"^([ \t]*)from myst_nb import glue[ \t]*$", re.M)
 GLUE_FALLBACK = '''try:
     from myst_nb import glue
@@ -74,6 +79,37 @@ def install_source(version: str) -> str:
     )
 
 
+def _run_times():
+    """The book's run-time extension (``book/_ext/run_times.py``), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("run_times", ROOT / "book" / "_ext" / "run_times.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def render_pagetimes(text: str) -> str:
+    """Replace each ``{pagetime}`page [full]``` by the stored time the book shows for it.
+
+    Raises
+    ------
+    ValueError
+        If a page has no stored run time (the book build fails on it too).
+    """
+    if not PAGETIME.search(text):
+        return text
+    rt = _run_times()
+
+    def render(m: re.Match) -> str:
+        page, mode = (m.group(1).split() + ["quick"])[:2]
+        stored = rt.load(ROOT, mode)
+        seconds = rt.page_seconds(stored)
+        if page not in seconds:
+            raise ValueError(f"no stored {mode}-mode run time for page {page!r}")
+        return rt.about(seconds[page]) + (f" on {rt.cores(stored)}" if rt.cores(stored) else "")
+
+    return PAGETIME.sub(render, text)
+
+
 def _is_install_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and "%pip install" in cell.source and "topicmech" in cell.source
 
@@ -89,6 +125,8 @@ def make_portable(nb: nbformat.NotebookNode, version: str) -> nbformat.NotebookN
         cell.metadata["tags"] = ["remove-cell"]
         nb.cells.insert(first_code, cell)
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = render_pagetimes(cell.source)
         if cell.cell_type == "code" and GLUE_IMPORT.search(cell.source):
             cell.source = GLUE_IMPORT.sub(
                 lambda m: "\n".join(m.group(1) + line if line else line for line in GLUE_FALLBACK.splitlines()),

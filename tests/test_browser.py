@@ -2,7 +2,10 @@
 
 Checks, per page: math is typeset by the bundled (offline) MathJax and no raw LaTeX is left
 in the text; every image has loaded; theorem and exercise blocks written in the source are
-present in the page; every internal link points to an existing page and anchor.
+present in the page; every internal link points to an existing page and anchor; every Colab
+and Binder link (header launch buttons and the bar under the title) opens the page's committed
+notebook ``notebooks/<page>.ipynb``. For one chapter, the header launch buttons are clicked
+in the browser and the address each one opens is checked.
 
 Needs the built book (``make book``) and Debian's ``chromium``. The test skips when either
 is missing, unless ``TOPICMECH_REQUIRE_BROWSER=1`` (set by CI), which turns the skip into a
@@ -19,7 +22,7 @@ import shutil
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urldefrag, urlparse
+from urllib.parse import parse_qs, unquote, urldefrag, urlparse
 
 import pytest
 
@@ -93,6 +96,30 @@ def broken_internal_links(page: Path, root: Path = HTML) -> list[str]:
     return broken
 
 
+LAUNCHERS = {"colab.research.google.com": "Colab", "mybinder.org": "Binder"}
+
+
+def launch_target(url: str) -> str | None:
+    """The repository path that a Colab or Binder URL opens; None for any other URL.
+
+    Colab: ``https://colab.research.google.com/github/ORG/REPO/blob/BRANCH/PATH``;
+    Binder: ``https://mybinder.org/v2/gh/ORG/REPO/BRANCH?urlpath=lab/tree/PATH``.
+    """
+    u = urlparse(url)
+    if u.netloc == "colab.research.google.com":
+        parts = u.path.strip("/").split("/")
+        return "/".join(parts[5:]) if parts[:1] == ["github"] and parts[3:4] == ["blob"] else ""
+    if u.netloc == "mybinder.org":
+        urlpath = parse_qs(u.query).get("urlpath", [""])[0]
+        return urlpath.split("/tree/", 1)[1] if "/tree/" in urlpath else ""
+    return None
+
+
+def launch_links(page: Path) -> list[tuple[str, str]]:
+    """(href, opened repository path) of every Colab and Binder link of ``page``."""
+    return [(h, t) for h in _parse(page).hrefs if (t := launch_target(h)) is not None]
+
+
 def _source_of(page: Path) -> Path | None:
     rel = page.relative_to(HTML).with_suffix(".md")
     src = ROOT / rel
@@ -108,6 +135,25 @@ def test_book_is_built() -> None:
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(HTML)))
 def test_internal_links(page: Path) -> None:
     assert broken_internal_links(page) == []
+
+
+def _chapters() -> list[Path]:
+    return [p for p in _pages() if launch_links(p)]
+
+
+@pytest.mark.parametrize("page", _chapters(), ids=lambda p: str(p.relative_to(HTML)))
+def test_launch_links_open_committed_notebooks(page: Path) -> None:
+    expected = f"notebooks/{page.stem}.ipynb"
+    assert (ROOT / expected).exists(), f"{expected} is not committed (scripts/make_notebooks.py)"
+    wrong = [href for href, target in launch_links(page) if target != expected]
+    assert wrong == [], f"launch links that do not open {expected}: {wrong}"
+
+
+def test_launch_target_parses_both_launchers() -> None:
+    colab = "https://colab.research.google.com/github/o/r/blob/main/notebooks/a.ipynb"
+    binder = "https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/notebooks/a.ipynb"
+    assert launch_target(colab) == launch_target(binder) == "notebooks/a.ipynb"
+    assert launch_target("https://github.com/o/r/blob/main/book/a.md") is None
 
 
 @pytest.fixture(scope="module")
@@ -171,4 +217,34 @@ def test_page_renders(browser, page: Path) -> None:
             assert tab.locator("div.solution").count() >= source.count("{solution-start}")
         figures = source.count("name: fig-")
         assert tab.locator("figure").count() + tab.locator("div.figure").count() >= figures
+    ctx.close()
+
+
+CLICKED_CHAPTER = "book/01_topic_models.html"
+
+
+def test_header_launch_buttons_open_notebooks(browser) -> None:
+    """Click the header's Colab and Binder buttons of one chapter; each opens the .ipynb."""
+    b, base = browser
+    page = HTML / CLICKED_CHAPTER
+    assert page.exists(), f"{CLICKED_CHAPTER} is not in the built book"
+    ctx = b.new_context()
+    # Nothing may leave the machine: the launcher's address is recorded, then aborted.
+    ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+    tab = ctx.new_page()
+    tab.goto(f"{base}/{CLICKED_CHAPTER}", wait_until="load")
+    menu = tab.locator("button[aria-label='Launch interactive content']")
+    assert menu.count() == 1, "no launch-buttons menu in the page header"
+    for name in LAUNCHERS.values():
+        menu.click()
+        button = tab.locator(".dropdown-menu a.dropdown-item", has_text=name)
+        assert button.count() == 1, f"no {name} launch button in the header"
+        with ctx.expect_event("request", predicate=lambda r: launch_target(r.url) is not None,
+                              timeout=10000) as request:
+            button.click()
+        opened = request.value.url
+        assert LAUNCHERS[urlparse(opened).netloc] == name, f"{name} opened {opened}"
+        assert launch_target(opened) == "notebooks/01_topic_models.ipynb", opened
+        for other in ctx.pages[1:]:
+            other.close()
     ctx.close()
