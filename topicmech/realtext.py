@@ -38,12 +38,16 @@ from .word_pairs import embedding_ratios, shares_topic
 
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
-    "weight_norms", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
+    "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
 ]
 
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
 RATIO_KEYS: tuple[str, ...] = ("embedding_cosine", "embedding_dot", "attention")
+#: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order: the ratios and the cosine gap
+#: (same-topic minus different-topic mean cosine, which, unlike the ratio of two means near 0, is near 0 at
+#: initialisation).
+TRACKED_KEYS: tuple[str, ...] = (*RATIO_KEYS, "cosine_gap")
 
 
 # ---- the documents ----------------------------------------------------------------------------------------------
@@ -124,10 +128,11 @@ def topic_words(documents: WordDocuments, lda: FittedLDA, *, per_topic: int | No
                 overlap: bool = False) -> WordTopics:
     """The authors' word selection within the documents' words: each topic's ``per_topic`` most probable
     words by ``p(word | topic)`` (default :func:`~topicmech.corpus.top_fraction_count` of ``fraction`` of the
-    LDA vocabulary: 0.2 %, their largest threshold); a word chosen by several topics keeps them all with
+    LDA vocabulary: 0.2 %, their largest threshold, and at
+    least three); a word chosen by several topics keeps them all with
     ``overlap``, else is dropped."""
-    if per_topic is None:
-        per_topic = top_fraction_count(fraction, len(lda.vocabulary))
+    if per_topic is None:                       # at least three words a topic, so that same-topic pairs exist
+        per_topic = max(3, top_fraction_count(fraction, len(lda.vocabulary)))
     k = min(check_positive_int("per_topic", per_topic), documents.vocab_size)
     tw = lda.topic_word()[:, documents.lda_ids]                                   # (T, V)
     sets: dict[str, set[int]] = {}
@@ -221,7 +226,8 @@ class TopicRatioReader:
         with np.errstate(divide="ignore", invalid="ignore"):
             att = float(np.float64(a_same) / np.float64(a_diff))
         return {"embedding_cosine": float(er["cosine_ratio"]), "embedding_dot": float(er["dot_ratio"]),
-                "attention": att, "cosine_same": float(er["cosine_same"]), "cosine_diff": float(er["cosine_diff"]),
+                "attention": att, "cosine_gap": float(er["cosine_same"] - er["cosine_diff"]),
+                "cosine_same": float(er["cosine_same"]), "cosine_diff": float(er["cosine_diff"]),
                 "dot_same": float(er["dot_same"]), "dot_diff": float(er["dot_diff"]), "attention_same": a_same,
                 "attention_diff": a_diff, "num_words": len(self.words), "attention_pairs_same": self.num_pairs[0],
                 "attention_pairs_diff": self.num_pairs[1]}
@@ -254,7 +260,7 @@ def weight_norms(model: OneLayerTransformer) -> dict[str, float]:
 class WordMLM:
     """A trained word-level masked language model: the ``model``, the ``words`` of its token ids, the training
     ``history`` (probes ``"norm_W_K"``, ``"norm_W_Q"``, ``"norm_W_V"``, ``"norm_W_E"`` and, with word topics,
-    ``"ratios"``, the :data:`RATIO_KEYS` in order, recorded at ``history.probe_step``) and the arguments it was trained with."""
+    ``"ratios"``, the :data:`TRACKED_KEYS` in order, recorded at ``history.probe_step``) and the arguments it was trained with."""
 
     model: OneLayerTransformer
     words: tuple[str, ...]
@@ -273,9 +279,9 @@ class WordMLM:
         return np.asarray(self.history.probe_step)
 
     def probe(self, name: str) -> np.ndarray:
-        """One tracked probe against :attr:`steps` (a name of :data:`RATIO_KEYS` reads its column of ``"ratios"``)."""
-        if name in RATIO_KEYS:
-            return self.history.probe("ratios")[:, RATIO_KEYS.index(name)]
+        """One tracked probe against :attr:`steps` (a name of :data:`TRACKED_KEYS` reads its column of ``"ratios"``)."""
+        if name in TRACKED_KEYS:
+            return self.history.probe("ratios")[:, TRACKED_KEYS.index(name)]
         return self.history.probe(name)
 
 
@@ -310,7 +316,7 @@ def train_word_mlm(documents: WordDocuments, *, attend_to_masked: bool, steps: i
 
         def ratios(m: OneLayerTransformer) -> np.ndarray:
             r = reader(m)
-            return np.asarray([r[k] for k in RATIO_KEYS])
+            return np.asarray([r[k] for k in TRACKED_KEYS])
 
         probes["ratios"] = ratios
     config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), d_model=int(d_model), lr=float(lr),
@@ -332,27 +338,28 @@ def _norm(model: OneLayerTransformer, name: str) -> float:
 # ---- when does each part learn ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageTimes:
-    """First probe steps at which the embedding cosine ratio reached ``embedding_threshold`` and the
-    attention ratio ``attention_threshold`` (nan if never), and the rule's verdict ``two_stages``:
-    the attention ratio crosses its threshold at least ``factor`` times later than the embedding ratio."""
+    """When each part learned: ``embedding``, the first probe step from which the embedding cosine gap stays at
+    or above ``embedding_gap``; ``attention``, the first from which the attention ratio stays at or above
+    ``attention_ratio`` (nan if never). The rule's verdict :attr:`two_stages`."""
 
     embedding: float
     attention: float
     factor: float
-    embedding_threshold: float
-    attention_threshold: float
+    embedding_gap: float
+    attention_ratio: float
 
     @property
     def two_stages(self) -> bool:
-        """Whether both thresholds are reached and ``attention >= factor * embedding``."""
+        """Two stages appear: both thresholds are reached, the attention one at least ``factor`` times later
+        (counting the embedding crossing as at least one step)."""
         return bool(np.isfinite(self.embedding) and np.isfinite(self.attention)
                     and self.attention >= self.factor * max(self.embedding, 1.0))
 
 
-def stage_times(run: WordMLM, *, embedding_threshold: float = 1.5, attention_threshold: float = 1.2,
+def stage_times(run: WordMLM, *, embedding_gap: float = 0.1, attention_ratio: float = 1.2,
                 factor: float = 2.0) -> StageTimes:
-    """The stage rule on a run's tracked ratios (see :class:`StageTimes`): each crossing is the first probe
-    step from which the ratio stays at or above its threshold for the rest of the run."""
+    """The stage rule on a run's tracked probes (see :class:`StageTimes`). The embedding side reads the cosine
+    gap, not the ratio: at initialisation both means are near 0 and their ratio is noise."""
     steps = run.steps
 
     def first_lasting(values: np.ndarray, thr: float) -> float:
@@ -362,9 +369,9 @@ def stage_times(run: WordMLM, *, embedding_threshold: float = 1.5, attention_thr
         last_below = np.flatnonzero(below)
         return float(steps[last_below[-1] + 1] if last_below.size else steps[0])
 
-    return StageTimes(first_lasting(run.probe("embedding_cosine"), check_float("embedding_threshold", embedding_threshold)),
-                      first_lasting(run.probe("attention"), check_float("attention_threshold", attention_threshold)),
-                      check_float("factor", factor), float(embedding_threshold), float(attention_threshold))
+    gap, ratio = check_float("embedding_gap", embedding_gap), check_float("attention_ratio", attention_ratio)
+    return StageTimes(first_lasting(run.probe("cosine_gap"), gap), first_lasting(run.probe("attention"), ratio),
+                      check_float("factor", factor), gap, ratio)
 
 
 # ---- the stage-1 theory on the corpus's moments -----------------------------------------------------------------
@@ -431,23 +438,31 @@ class ValueOnText:
 
 
 def value_on_text(documents: WordDocuments, *, attend_to_masked: bool, steps: int = 3000, seed: int = 0,
-                  passes: int = 20, batch_size: int = 64, masking: Masking = BERT_MASKING) -> ValueOnText:
+                  passes: int = 20, batch_size: int = 64, l2: float = 0.0,
+                  masking: Masking = BERT_MASKING) -> ValueOnText:
     """Stage 1 on real text: ``W* = C Sigma^-1`` from :func:`corpus_moments`, and ``W^V`` trained to it under
-    frozen uniform attention (one-hot inputs, identity head, squared loss, SGD at
-    :func:`~topicmech.theory.stage1_sgd_lr` of the moments' top eigenvalue, from 0) by
-    :func:`topicmech.train.train`."""
+    frozen uniform attention (one-hot inputs, identity head, squared loss, SGD from 0 at
+    :func:`~topicmech.theory.stage1_sgd_lr` of the moments' top eigenvalue for half the steps, then a quarter at
+    a fourth of it and a quarter at a sixteenth) by
+    :func:`topicmech.train.train`; with ``l2 > 0`` both carry the penalty ``l2 ||W||_F^2`` (then
+    ``W* = C (Sigma + l2 I)^-1``, unique and better conditioned) and the losses include it."""
     attend_to_masked = check_attend_to_masked(attend_to_masked)
     moment_seed, data_seed = spawn_seeds(check_seed(seed), 2)
     Sigma, C = corpus_moments(documents, attend_to_masked=attend_to_masked, passes=passes, seed=moment_seed,
                               masking=masking)
-    W_star = optimum_from_moments(Sigma, C, attend_to_masked=attend_to_masked, l2=0.0)
-    lr = stage1_sgd_lr(sigma_extremes(Sigma, attend_to_masked)[1], loss="squared")
+    l2 = check_float("l2", l2, positive=False)
+    W_star = optimum_from_moments(Sigma, C, attend_to_masked=attend_to_masked, l2=l2)
+    lr = stage1_sgd_lr(sigma_extremes(Sigma, attend_to_masked)[1], loss="squared", l2=l2)
     model = OneLayerTransformer(documents.num_tokens, attention="uniform", value="learned",
                                 attend_to_masked=attend_to_masked, init_scale=0.0)
-    train(model, documents.tokens, steps=check_positive_int("steps", steps), lr=lr, loss="squared",
-          batch_size=check_positive_int("batch_size", batch_size), masking=masking, seed=data_seed)
+    steps = check_positive_int("steps", steps)
+    first = max(1, steps // 2)                                  # then a quarter at lr / 4, a quarter at lr / 16
+    phases = [(n, r) for n, r in ((first, lr), ((steps - first) // 2, lr / 4),
+                                  (steps - first - (steps - first) // 2, lr / 16)) if n > 0]
+    train(model, documents.tokens, phases=phases, loss="squared",
+          batch_size=check_positive_int("batch_size", batch_size), masking=masking, seed=data_seed, l2=l2)
     W = model.W_V.detach().to(torch.float64).numpy().copy()
-    losses = [population_loss(M, Sigma, C) for M in (np.zeros_like(W), W_star, W)]
+    losses = [population_loss(M, Sigma, C) + l2 * float(np.sum(M * M)) for M in (np.zeros_like(W), W_star, W)]
     return ValueOnText(Sigma, C, W_star, W, *losses, lr=lr, attend_to_masked=attend_to_masked)
 
 
@@ -497,7 +512,7 @@ def learning_run(seed: int, *, corpus: str = "wikipedia", steps: int = 1500, max
     out.update(far_attention=far["attention"], t_embedding=st.embedding, t_attention=st.attention,
                two_stages=bool(st.two_stages), num_words=final["num_words"])
     out["curve_step"] = run.steps.tolist()
-    for k in (*RATIO_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
+    for k in (*TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
         out[f"curve_{k}"] = [float(x) for x in run.probe(k)]
     return out
 
