@@ -39,7 +39,7 @@ from .word_pairs import embedding_ratios, shares_topic
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
-    "value_on_text", "topic_block_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
 ]
 
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
