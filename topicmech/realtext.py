@@ -490,8 +490,8 @@ def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 
     return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
 
 
-def learning_run(seed: int, *, corpus: str = "wikipedia", steps: int = 1500, max_words: int | None = 1000,
-                 seq_len: int = 128, attend_to_masked: bool = True, per_topic: int | None = None,
+def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
+                 max_words: int | None = 1000, seq_len: int = 128, per_topic: int | None = None,
                  shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02) -> dict[str, Any]:
     """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
     final and untrained ratios, the frequency-matched control, the stage times and the curves."""
@@ -517,12 +517,12 @@ def learning_run(seed: int, *, corpus: str = "wikipedia", steps: int = 1500, max
     return out
 
 
-def value_run(seed: int, *, corpus: str = "wikipedia", max_words: int = 300, steps: int = 3000, passes: int = 20,
-              seq_len: int = 128, attend_to_masked: bool = True) -> dict[str, float]:
+def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", max_words: int = 300,
+              steps: int = 3000, passes: int = 20, seq_len: int = 128, l2: float = 1e-5) -> dict[str, float]:
     """One seed of the chapter's stage-1 check on the corpus's moments, as ``{metric: number}``."""
     docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
     wt = topic_words(docs, lda)
-    res = value_on_text(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, passes=passes)
+    res = value_on_text(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, passes=passes, l2=l2)
     gs, gt = topic_block_gap(res.W_star, docs, wt), topic_block_gap(res.W_trained, docs, wt)
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
