@@ -14,7 +14,7 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
 - 6-8: :mod:`topicmech.dynamics` (two stages), :mod:`topicmech.sweeps` (beyond the
   assumptions); real text: :mod:`topicmech.corpus` (corpora, LDA topics), :mod:`topicmech.alignment`
   (WordPieces to words), :mod:`topicmech.word_pairs` (statistics by topic relation) and
-  :mod:`topicmech.pretrained` (the encoder and its measurements);
+  :mod:`topicmech.pretrained` (the encoder and its measurements); 9: :mod:`topicmech.realtext` (a word-level model trained on real text);
 - elsewhere: :mod:`topicmech.reproduce` (the authors' experiments), :mod:`topicmech.fast`
   (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
   :mod:`topicmech.results` (stored multi-seed results with their provenance),
@@ -40,7 +40,7 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """Import the heavier modules on first use (matplotlib, pandas, transformers: seconds and 100+ MiB)."""
     if name in ("plotting", "corpus", "alignment", "word_pairs", "pretrained", "dynamics", "sweeps", "stage1",
-                "stage2", "embeddings", "fast", "reproduce", "runner", "stats", "results"):
+                "stage2", "embeddings", "fast", "reproduce", "runner", "stats", "results", "realtext"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

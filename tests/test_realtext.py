@@ -1,0 +1,184 @@
+"""topicmech.realtext: word documents over an LDA vocabulary, the word-level masked language model, the
+authors' ratios and their controls, the stage rule, and the stage-1 optimum on a corpus's moments.
+
+The corpus here is synthetic text with topics (made-up words, never used by the book): each document
+mixes eight topics with Dirichlet(0.3) weights, with a Zipf-like law within each topic, and 40 % of its tokens are
+background words shared by all topics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from topicmech import corpus as tc
+from topicmech import realtext as rt
+from topicmech.corpus import WordTopics
+
+TOPICS, WORDS, COMMON, DOCS, DOC_WORDS = 8, 20, 30, 80, 320
+
+
+def _synthetic_texts(seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("bcdfghjklmnprstvz"))
+    vowels = np.array(list("aeiou"))
+    vocab: list[str] = []
+    while len(vocab) < TOPICS * WORDS + COMMON:            # pronounceable made-up words of 6 letters
+        w = "".join(rng.choice(letters) + rng.choice(vowels) for _ in range(3))
+        if w not in vocab:
+            vocab.append(w)
+    topics = np.asarray(vocab[:TOPICS * WORDS]).reshape(TOPICS, WORDS)
+    common = vocab[TOPICS * WORDS:]
+    zipf = 1.0 / np.arange(1, WORDS + 1)
+    zipf /= zipf.sum()
+    texts = []
+    for _ in range(DOCS):
+        t = rng.choice(TOPICS, size=DOC_WORDS, p=rng.dirichlet(np.full(TOPICS, 0.3)))
+        words = [topics[k][rng.choice(WORDS, p=zipf)] for k in t]
+        words = [common[rng.integers(COMMON)] if rng.random() < 0.4 else w for w in words]   # background words
+        texts.append(" ".join(words))
+    return texts
+
+
+@pytest.fixture(scope="module")
+def text():
+    corpus = tc.corpus_from_texts(_synthetic_texts(), name="synthetic")
+    lda = tc.fit_lda(corpus, num_topics=TOPICS, passes=10, seed=0, no_below=2, no_above=0.9)
+    return corpus, lda, rt.word_documents(corpus, lda, seq_len=64)
+
+
+def test_word_documents(text):
+    corpus, lda, docs = text
+    assert docs.tokens.dtype == torch.long and docs.tokens.shape[1] == 64
+    assert docs.vocab_size == len(docs.words) == len(docs.counts) and docs.num_tokens == docs.vocab_size + 1
+    assert int(docs.tokens.max()) < docs.vocab_size and int(docs.tokens.min()) >= 0
+    assert docs.counts.sum() == docs.tokens.numel()
+    assert [lda.vocabulary[i] for i in docs.lda_ids] == list(docs.words)
+    # the first sequence is the first document's first tokens, in order
+    first = [w for w in corpus.lda_tokens()[0] if w in set(docs.words)][:64]
+    assert [docs.words[i] for i in docs.tokens[0].tolist()] == first
+    cut = rt.word_documents(corpus, lda, seq_len=64, max_words=10)
+    assert cut.vocab_size == 10
+    freq = {w: 0 for w in docs.words}                       # the cut ranks by frequency in the whole corpus
+    for doc in corpus.lda_tokens():
+        for w in doc:
+            if w in freq:
+                freq[w] += 1
+    assert set(cut.words) == set(sorted(freq, key=lambda w: (-freq[w], docs.words.index(w)))[:10])
+
+
+def test_word_documents_validation(text):
+    corpus, lda, _ = text
+    with pytest.raises(ValueError, match="seq_len"):
+        rt.word_documents(corpus, lda, seq_len=10**6)
+    with pytest.raises(ValueError, match="corpus"):
+        rt.word_documents(["a text"], lda)
+    with pytest.raises(ValueError, match="max_words"):
+        rt.word_documents(corpus, lda, max_words=0)
+
+
+def test_topic_words_and_shuffle(text):
+    _, lda, docs = text
+    wt = rt.topic_words(docs, lda, per_topic=5)
+    assert 0 < len(wt) <= TOPICS * 5 and all(len(wt.get(w)) == 1 for w in wt.words)
+    over = rt.topic_words(docs, lda, per_topic=5, overlap=True)
+    assert len(over) >= len(wt)
+    null = rt.frequency_matched_shuffle(wt, docs, bins=2, seed=1)
+    assert sorted(null.words) == sorted(wt.words)
+    assert sorted(sorted(s) for s in null.topics.values()) == sorted(sorted(s) for s in wt.topics.values())
+    # labels move only within frequency bins: the rarer half keeps the rarer half's labels
+    counts = dict(zip(docs.words, docs.counts))
+    order = sorted(wt.words, key=lambda w: (counts[w], w))
+    half = np.array_split(np.asarray(order, dtype=object), 2)[0]
+    assert sorted(sorted(wt.get(w)) for w in half) == sorted(sorted(null.get(w)) for w in half)
+    with pytest.raises(ValueError, match="bins"):
+        rt.frequency_matched_shuffle(wt, docs, bins=0)
+
+
+def test_untrained_model(text):
+    _, lda, docs = text
+    run = rt.train_word_mlm(docs, attend_to_masked=True, steps=0, seed=3)
+    assert run.embeddings.shape == (docs.vocab_size, 64) and run.steps.tolist() == [0]
+    r = rt.topic_ratios(run, docs, lda)
+    assert set(rt.RATIO_KEYS) <= set(r)
+    assert abs(r["attention"] - 1.0) < 0.01, r
+    assert abs(r["cosine_gap"]) < 0.05, r
+    norms = rt.weight_norms(run.model)
+    assert all(v > 0 for v in norms.values())
+
+
+def test_train_word_mlm_validation(text):
+    _, _, docs = text
+    with pytest.raises(TypeError):
+        rt.train_word_mlm(docs, steps=1)                                        # the key convention is required
+    with pytest.raises(ValueError, match="steps"):
+        rt.train_word_mlm(docs, attend_to_masked=True, steps=-1)
+    with pytest.raises(ValueError, match="documents"):
+        rt.train_word_mlm("docs", attend_to_masked=True)
+
+
+def test_topic_ratios_reader(text):
+    _, lda, docs = text
+    wt = rt.topic_words(docs, lda, per_topic=5)
+    reader = rt.TopicRatioReader(docs, wt, num_sequences=8, min_distance=4)
+    assert reader.num_pairs[0] > 0 and reader.num_pairs[1] > 0
+    run = rt.train_word_mlm(docs, attend_to_masked=False, steps=0)
+    # uniform attention over N keys: both means are 1 / N
+    same, diff = reader.attention(run.model)
+    assert same == pytest.approx(1 / docs.seq_len, rel=1e-3) and diff == pytest.approx(1 / docs.seq_len, rel=1e-3)
+    with pytest.raises(ValueError, match="three selected words"):
+        rt.TopicRatioReader(docs, WordTopics.from_dict({docs.words[0]: 0}))
+    with pytest.raises(ValueError, match="lda"):
+        rt.topic_ratios(run, docs)
+
+
+@pytest.fixture(scope="module")
+def trained(text):
+    _, lda, docs = text
+    wt = rt.topic_words(docs, lda)
+    return rt.train_word_mlm(docs, attend_to_masked=True, seed=0, word_topics=wt), wt
+
+
+def test_defaults_learn_topics(text, trained):
+    """The brief's bar, on a corpus the book never uses: embedding cosine ratio >= 1.5, attention ratio
+    >= 1.2, both above the frequency-matched null; the untrained model's attention ratio within 10 % of 1."""
+    _, lda, docs = text
+    run, wt = trained
+    r = rt.topic_ratios(run, docs, word_topics=wt, seed=5)
+    assert r["embedding_cosine"] >= 1.5 and r["embedding_dot"] > 1.2, r
+    assert r["attention"] >= 1.2, r
+    null = rt.topic_ratios(run, docs, word_topics=rt.frequency_matched_shuffle(wt, docs, seed=2), seed=5)
+    assert null["attention"] < r["attention"] - 0.1 and null["cosine_gap"] < r["cosine_gap"] - 0.1, (null, r)
+    untrained = rt.topic_ratios(rt.train_word_mlm(docs, attend_to_masked=True, steps=0), docs, word_topics=wt)
+    assert abs(untrained["attention"] - 1.0) <= 0.1, untrained
+
+
+def test_tracked_probes_and_stage_rule(trained):
+    run, _ = trained
+    n = len(run.steps)
+    assert run.steps[0] == 0 and run.steps[-1] == run.config["steps"]
+    for k in (*rt.TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V", "norm_W_E"):
+        assert run.probe(k).shape == (n,)
+    st = rt.stage_times(run)
+    assert math.isfinite(st.embedding) and math.isfinite(st.attention)
+    assert st.two_stages == (st.attention >= 2 * max(st.embedding, 1.0))
+    never = rt.stage_times(run, attention_ratio=1e6)
+    assert math.isnan(never.attention) and not never.two_stages
+
+
+def test_value_on_text(text):
+    """W^V trained under uniform attention approaches W* = C (Sigma + l2 I)^-1 of the corpus's moments, in both
+    conventions (the loss, and the topic-block gap of the selected words)."""
+    _, lda, docs = text
+    wt = rt.topic_words(docs, lda)
+    for attend in (True, False):
+        res = rt.value_on_text(docs, attend_to_masked=attend, steps=3000, passes=5, l2=1e-4)
+        assert res.W_star.shape == (docs.num_tokens, docs.num_tokens)
+        assert np.allclose(res.W_star[-1], 0.0)                                 # [MASK] is never a target
+        assert res.excess < 0.2, res.excess
+        g_star, g_trained = (rt.topic_block_gap(W, docs, wt)["gap"] for W in (res.W_star, res.W_trained))
+        assert g_star > 0 and abs(g_trained - g_star) < 0.25 * g_star, (g_star, g_trained)
+    Sigma, C = rt.corpus_moments(docs, attend_to_masked=False, passes=2)
+    assert np.allclose(Sigma[-1], 0.0) and np.allclose(Sigma, Sigma.T)         # hidden keys: [MASK] never attended

@@ -1,0 +1,528 @@
+"""Real text, learned here (chapter 9): a masked language model trained from scratch on word-level
+tokens of an LDA vocabulary, and its topic structure measured as it learns.
+
+The tokens are the words LDA sees (:meth:`topicmech.corpus.Corpus.lda_tokens` within the fitted
+dictionary, optionally cut to the most frequent words), so every LDA topic maps onto tokens exactly.
+The model is the paper's: :class:`topicmech.OneLayerTransformer` with learned embeddings, learned
+attention and value, a tied head with a logit bias, trained by :func:`topicmech.train.train`
+(BERT corruption, cross-entropy, Adam). The measurements are the authors' (same-topic over
+different-topic ratios of the embedding cosine, the embedding dot product and the attention weight,
+over the most probable words of each topic), with two controls: the untrained model and a shuffle of
+the topic labels matched on word frequency. The stage-1 theory is checked on the corpus's own
+moments: the least-squares value matrix ``W* = C Sigma^-1`` under uniform attention.
+
+Shapes: ``V`` words (token ids ``0 .. V-1``), ``[MASK]`` = ``V``, ``D = V + 1``; sequences of
+``N = seq_len`` tokens; ``T`` LDA topics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, load_lee_corpus, load_wikipedia_sample, top_fraction_count
+from .data import bert_mask
+from .model import OneLayerTransformer
+from .setting import BERT_MASKING, Masking, Setting, check_attend_to_masked
+from .theory.estimates import chunks, doc_counts
+from .theory.value import optimum_from_moments, population_loss, sigma_extremes, stage1_sgd_lr, value_block_coefficients
+from .train import History, train
+from .utils import check_float, check_positive_int, check_seed, numpy_rng, spawn_seeds
+from .word_pairs import embedding_ratios, shares_topic
+
+__all__ = [
+    "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
+    "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
+    "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+]
+
+#: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
+RATIO_KEYS: tuple[str, ...] = ("embedding_cosine", "embedding_dot", "attention")
+#: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order: the ratios and the cosine gap
+#: (same-topic minus different-topic mean cosine, which, unlike the ratio of two means near 0, is near 0 at
+#: initialisation).
+TRACKED_KEYS: tuple[str, ...] = (*RATIO_KEYS, "cosine_gap")
+
+
+# ---- the documents ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WordDocuments:
+    """Sequences of word ids over ``words``: ``tokens`` (LongTensor ``(num_sequences, seq_len)``, ids in
+    ``0 .. V-1``), ``counts`` (each word's occurrences in ``tokens``, shape ``(V,)``), ``lda_ids`` (each word's
+    id in the LDA dictionary) and the corpus name."""
+
+    tokens: torch.Tensor
+    words: tuple[str, ...]
+    counts: np.ndarray
+    lda_ids: np.ndarray
+    corpus_name: str = ""
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``."""
+        return len(self.words)
+
+    @property
+    def num_tokens(self) -> int:
+        """``D = V + 1`` (the words, then ``[MASK]``)."""
+        return len(self.words) + 1
+
+    @property
+    def seq_len(self) -> int:
+        """``N``."""
+        return int(self.tokens.shape[1])
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 128, max_words: int | None = None) -> WordDocuments:
+    """The ``corpus``'s LDA tokens within ``lda``'s dictionary as word ids, cut into sequences of ``seq_len``.
+
+    Each document's tokens outside the dictionary (or outside its ``max_words`` most frequent words, ties
+    by dictionary order) are dropped; the rest is cut into consecutive sequences of ``seq_len`` tokens that
+    never cross a document, the remainder of each document dropped. Word ids follow the dictionary order
+    of the kept words. ``ValueError`` if no sequence is left.
+    """
+    if not isinstance(corpus, Corpus):
+        raise ValueError(f"corpus must be a Corpus (see topicmech.corpus.corpus_from_texts), got {type(corpus).__name__}")
+    if not isinstance(lda, FittedLDA):
+        raise ValueError(f"lda must be a FittedLDA (see topicmech.corpus.fit_lda), got {type(lda).__name__}")
+    N = check_positive_int("seq_len", seq_len)
+    vocab = lda.vocabulary
+    index = {w: i for i, w in enumerate(vocab)}
+    docs = [np.asarray([index[w] for w in doc if w in index], dtype=np.int64) for doc in corpus.lda_tokens()]
+    freq = np.bincount(np.concatenate(docs + [np.zeros(0, np.int64)]), minlength=len(vocab))
+    if max_words is None:
+        keep = np.flatnonzero(freq > 0)
+    else:
+        k = check_positive_int("max_words", max_words)
+        keep = np.sort(np.argsort(-freq, kind="stable")[:k])
+        keep = keep[freq[keep] > 0]
+    if keep.size < 2:
+        raise ValueError(f"corpus {corpus.name!r} has fewer than two words of the LDA vocabulary")
+    remap = np.full(len(vocab), -1, dtype=np.int64)
+    remap[keep] = np.arange(keep.size)
+    rows = []
+    for d in docs:
+        ids = remap[d]
+        ids = ids[ids >= 0]
+        n = ids.size // N
+        if n:
+            rows.append(ids[: n * N].reshape(n, N))
+    if not rows:
+        raise ValueError(f"no document of corpus {corpus.name!r} has seq_len={N} tokens in the LDA vocabulary; "
+                         "lower seq_len")
+    tokens = torch.from_numpy(np.concatenate(rows))
+    counts = np.bincount(tokens.reshape(-1).numpy(), minlength=keep.size).astype(np.int64)
+    return WordDocuments(tokens, tuple(vocab[int(j)] for j in keep), counts, keep, corpus.name)
+
+
+def topic_words(documents: WordDocuments, lda: FittedLDA, *, per_topic: int | None = None, fraction: float = 0.002,
+                overlap: bool = False) -> WordTopics:
+    """The authors' word selection within the documents' words: each topic's ``per_topic`` most probable
+    words by ``p(word | topic)`` (default :func:`~topicmech.corpus.top_fraction_count` of ``fraction`` of the
+    LDA vocabulary: 0.2 %, their largest threshold, and at
+    least three); a word chosen by several topics keeps them all with
+    ``overlap``, else is dropped."""
+    if per_topic is None:                       # at least three words a topic, so that same-topic pairs exist
+        per_topic = max(3, top_fraction_count(fraction, len(lda.vocabulary)))
+    k = min(check_positive_int("per_topic", per_topic), documents.vocab_size)
+    tw = lda.topic_word()[:, documents.lda_ids]                                   # (T, V)
+    sets: dict[str, set[int]] = {}
+    for t, row in enumerate(np.argsort(-tw, axis=1, kind="stable")[:, :k]):
+        for j in row:
+            sets.setdefault(documents.words[int(j)], set()).add(t)
+    sets = {w: s for w, s in sets.items() if overlap or len(s) == 1}
+    if not sets:
+        raise ValueError(f"no word left: with per_topic={k} every selected word belongs to several topics")
+    return WordTopics(lda.num_topics, {w: frozenset(s) for w, s in sets.items()})
+
+
+def frequency_matched_shuffle(word_topics: WordTopics, documents: WordDocuments, *, bins: int = 5,
+                              seed: int = 0) -> WordTopics:
+    """A null control: the topic sets dealt again at random *within* ``bins`` bins of equal size by word
+    frequency in ``documents`` (embedding similarity and LDA topics both correlate with frequency, so a plain
+    shuffle would not be a fair null)."""
+    bins = check_positive_int("bins", bins)
+    counts = dict(zip(documents.words, documents.counts.tolist()))
+    words = [w for w in word_topics.words if w in counts]
+    if len(words) < 2:
+        raise ValueError("word_topics shares fewer than two words with the documents")
+    order = sorted(words, key=lambda w: (counts[w], w))
+    rng = numpy_rng(seed)
+    out: dict[str, frozenset[int]] = {}
+    for group in np.array_split(np.asarray(order, dtype=object), min(bins, len(order))):
+        perm = rng.permutation(len(group))
+        out.update({str(w): word_topics.get(str(group[j])) for w, j in zip(group, perm)})
+    return WordTopics(word_topics.num_topics, out)
+
+
+# ---- the measurements -------------------------------------------------------------------------------------------
+class TopicRatioReader:
+    """The authors' metric on a fixed probe batch, as a function of the model (built once, read often).
+
+    ``embedding_cosine`` and ``embedding_dot`` are same-topic over different-topic means over ordered
+    pairs of distinct selected words (:func:`topicmech.word_pairs.embedding_ratios`); ``attention`` is the
+    mean attention weight from a selected word to a different selected word of the same topic over that to
+    one of another topic, on ``num_sequences`` sequences drawn by ``seed``, uncorrupted (no position is
+    selected, so both key conventions agree), pairs under ``min_distance`` positions apart left out.
+    """
+
+    def __init__(self, documents: WordDocuments, word_topics: WordTopics, *, num_sequences: int = 64,
+                 min_distance: int = 0, seed: int = 0) -> None:
+        if not isinstance(documents, WordDocuments):
+            raise ValueError(f"documents must be WordDocuments (see word_documents), got {type(documents).__name__}")
+        if not isinstance(word_topics, WordTopics):
+            raise ValueError(f"word_topics must be a WordTopics, got {type(word_topics).__name__}")
+        if isinstance(min_distance, bool) or not isinstance(min_distance, (int, np.integer)) or min_distance < 0:
+            raise ValueError(f"min_distance must be a non-negative int, got {min_distance!r}")
+        index = {w: i for i, w in enumerate(documents.words)}
+        words = [w for w in word_topics.words if w in index]
+        if len(words) < 3:
+            raise ValueError(f"need at least three selected words among the documents' words, got {len(words)}")
+        self.words = tuple(words)
+        self.ids = torch.as_tensor([index[w] for w in words])
+        self.membership = word_topics.membership(words)                                 # (n, T)
+        n = check_positive_int("num_sequences", num_sequences)
+        pick = np.sort(numpy_rng(seed).choice(len(documents), size=min(n, len(documents)), replace=False))
+        self.inputs = documents.tokens[torch.as_tensor(pick)]                           # (B, N)
+        M = np.zeros((documents.vocab_size, word_topics.num_topics), dtype=np.float32)
+        M[self.ids.numpy()] = self.membership
+        Mt = torch.from_numpy(M)[self.inputs]                                            # (B, N, T)
+        has = Mt.sum(-1) > 0                                                             # (B, N)
+        share = (Mt @ Mt.transpose(1, 2)) > 0                                            # (B, query, key)
+        both = has[:, :, None] & has[:, None, :]
+        distinct = self.inputs[:, :, None] != self.inputs[:, None, :]
+        pos = torch.arange(self.inputs.shape[1])
+        far = (pos[:, None] - pos[None, :]).abs() >= min_distance
+        same, diff = both & share & distinct & far, both & ~share & far
+        self.num_pairs = (int(same.sum()), int(diff.sum()))
+        masks = torch.stack([same, diff]).flatten(1).to(torch.float64)                  # (2, B N N)
+        self._weights = masks / masks.sum(1, keepdim=True).clamp_min(1.0)
+
+    def attention(self, model: OneLayerTransformer) -> tuple[float, float]:
+        """Mean attention over same-topic and over different-topic pairs (nan without pairs)."""
+        with torch.no_grad():
+            pattern = model.attention_pattern(self.inputs)                              # (B, query, key)
+        same, diff = (self._weights @ pattern.reshape(-1).to(torch.float64)).tolist()
+        return (same if self.num_pairs[0] else math.nan, diff if self.num_pairs[1] else math.nan)
+
+    def __call__(self, model: OneLayerTransformer) -> dict[str, float]:
+        if not isinstance(model, OneLayerTransformer) or model.embedding != "learned":
+            raise ValueError(f"model must be a OneLayerTransformer with learned embeddings, got {model!r}")
+        with torch.no_grad():
+            X = model.W_E.T[self.ids].detach().to(torch.float64).numpy()                # (n, d)
+        er = {k: math.nan for k in ("cosine_ratio", "dot_ratio", "cosine_same", "cosine_diff", "dot_same", "dot_diff")}
+        with contextlib.suppress(ValueError):                                            # a relation without pairs
+            er = embedding_ratios(X, self.membership)
+        a_same, a_diff = self.attention(model)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            att = float(np.float64(a_same) / np.float64(a_diff))
+        return {"embedding_cosine": float(er["cosine_ratio"]), "embedding_dot": float(er["dot_ratio"]),
+                "attention": att, "cosine_gap": float(er["cosine_same"] - er["cosine_diff"]),
+                "cosine_same": float(er["cosine_same"]), "cosine_diff": float(er["cosine_diff"]),
+                "dot_same": float(er["dot_same"]), "dot_diff": float(er["dot_diff"]), "attention_same": a_same,
+                "attention_diff": a_diff, "num_words": len(self.words), "attention_pairs_same": self.num_pairs[0],
+                "attention_pairs_diff": self.num_pairs[1]}
+
+
+def topic_ratios(model: OneLayerTransformer | WordMLM, documents: WordDocuments, lda: FittedLDA | None = None, *,
+                 word_topics: WordTopics | None = None, per_topic: int | None = None, fraction: float = 0.002,
+                 overlap: bool = False, num_sequences: int = 64, min_distance: int = 0,
+                 seed: int = 0) -> dict[str, float]:
+    """The authors' same/different-topic ratios of a word-level model (keys :data:`RATIO_KEYS`, then the means
+    and counts behind them; see :class:`TopicRatioReader`), over :func:`topic_words` of ``lda`` or the given
+    ``word_topics`` (a control such as :func:`frequency_matched_shuffle`)."""
+    if word_topics is None:
+        if lda is None:
+            raise ValueError("topic_ratios needs lda (to select topic words) or word_topics")
+        word_topics = topic_words(documents, lda, per_topic=per_topic, fraction=fraction, overlap=overlap)
+    net = model.model if isinstance(model, WordMLM) else model
+    return TopicRatioReader(documents, word_topics, num_sequences=num_sequences, min_distance=min_distance,
+                            seed=seed)(net)
+
+
+def weight_norms(model: OneLayerTransformer) -> dict[str, float]:
+    """Frobenius norms ``{"W_K", "W_Q", "W_V", "W_E"}`` of the model's matrices."""
+    with torch.no_grad():
+        return {name: float(torch.linalg.matrix_norm(getattr(model, name))) for name in ("W_K", "W_Q", "W_V", "W_E")}
+
+
+# ---- training ---------------------------------------------------------------------------------------------------
+@dataclass
+class WordMLM:
+    """A trained word-level masked language model: the ``model``, the ``words`` of its token ids, the training
+    ``history`` (probes ``"norm_W_K"``, ``"norm_W_Q"``, ``"norm_W_V"``, ``"norm_W_E"`` and, with word topics,
+    ``"ratios"``, the :data:`TRACKED_KEYS` in order, recorded at ``history.probe_step``) and the arguments it was trained with."""
+
+    model: OneLayerTransformer
+    words: tuple[str, ...]
+    history: History
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The word embeddings ``W_E^T`` without ``[MASK]``, shape ``(V, d)``, row ``i`` for ``words[i]``."""
+        with torch.no_grad():
+            return self.model.W_E.T[: len(self.words)].detach().cpu().numpy().copy()
+
+    @property
+    def steps(self) -> np.ndarray:
+        """The steps at which the probes were recorded (0 = before training)."""
+        return np.asarray(self.history.probe_step)
+
+    def probe(self, name: str) -> np.ndarray:
+        """One tracked probe against :attr:`steps` (a name of :data:`TRACKED_KEYS` reads its column of ``"ratios"``)."""
+        if name in TRACKED_KEYS:
+            return self.history.probe("ratios")[:, TRACKED_KEYS.index(name)]
+        return self.history.probe(name)
+
+
+def train_word_mlm(documents: WordDocuments, *, attend_to_masked: bool, steps: int = 1500, seed: int = 0,
+                   d_model: int = 64, lr: float = 3e-3, batch_size: int = 32, init_scale: float = 0.02,
+                   masking: Masking = BERT_MASKING, word_topics: WordTopics | None = None,
+                   probe_every: int | None = None, num_probe_sequences: int = 64,
+                   progress: bool = False) -> WordMLM:
+    """Train the paper's one-layer, one-head model from scratch on ``documents`` by masked language modelling.
+
+    Learned embeddings ``W_E`` (``d_model`` by ``D``), key, query and value, a tied head ``W_E^T`` with a
+    logit bias, all initialised with standard deviation ``init_scale``; BERT corruption (``masking``),
+    cross-entropy at the selected positions, Adam at ``lr``, ``batch_size`` sequences a step drawn with
+    replacement, through :func:`topicmech.train.train` (whose fast path computes logits at the selected
+    positions only). ``steps=0`` returns the untrained model. The weight norms, and with ``word_topics`` the
+    ratios of :class:`TopicRatioReader`, are recorded every ``probe_every`` steps (default ``steps // 50``).
+    ``seed`` seeds the initialisation and the data stream (two spawned seeds).
+    """
+    if not isinstance(documents, WordDocuments):
+        raise ValueError(f"documents must be WordDocuments (see word_documents), got {type(documents).__name__}")
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+    init_seed, data_seed = spawn_seeds(check_seed(seed), 2)
+    model = OneLayerTransformer(documents.num_tokens, check_positive_int("d_model", d_model), embedding="learned",
+                                attention="learned", value="learned", head="tied", bias=True,
+                                attend_to_masked=attend_to_masked,
+                                init_scale=check_float("init_scale", init_scale), seed=init_seed)
+    probes: dict[str, Any] = {f"norm_{k}": functools.partial(_norm, name=k) for k in ("W_K", "W_Q", "W_V", "W_E")}
+    if word_topics is not None:
+        reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
+
+        def ratios(m: OneLayerTransformer) -> np.ndarray:
+            r = reader(m)
+            return np.asarray([r[k] for k in TRACKED_KEYS])
+
+        probes["ratios"] = ratios
+    config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), d_model=int(d_model), lr=float(lr),
+                  batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
+                  vocab_size=documents.vocab_size, seq_len=documents.seq_len)
+    if steps == 0:
+        history = History(probe_step=[0], probes={k: [fn(model)] for k, fn in probes.items()})
+    else:
+        history = train(model, documents.tokens, steps=int(steps), lr=check_float("lr", lr), optimizer="adam",
+                        loss="cross_entropy", batch_size=check_positive_int("batch_size", batch_size), masking=masking,
+                        seed=data_seed, probes=probes, probe_every=probe_every, progress=progress)
+    return WordMLM(model, documents.words, history, config)
+
+
+def _norm(model: OneLayerTransformer, name: str) -> float:
+    return float(torch.linalg.matrix_norm(getattr(model, name).detach()))
+
+
+# ---- when does each part learn ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageTimes:
+    """When each part learned: ``embedding``, the first probe step from which the embedding cosine gap stays at
+    or above ``embedding_gap``; ``attention``, the first from which the attention ratio stays at or above
+    ``attention_ratio`` (nan if never). The rule's verdict :attr:`two_stages`."""
+
+    embedding: float
+    attention: float
+    factor: float
+    embedding_gap: float
+    attention_ratio: float
+
+    @property
+    def two_stages(self) -> bool:
+        """Two stages appear: both thresholds are reached, the attention one at least ``factor`` times later
+        (counting the embedding crossing as at least one step)."""
+        return bool(np.isfinite(self.embedding) and np.isfinite(self.attention)
+                    and self.attention >= self.factor * max(self.embedding, 1.0))
+
+
+def stage_times(run: WordMLM, *, embedding_gap: float = 0.1, attention_ratio: float = 1.2,
+                factor: float = 2.0) -> StageTimes:
+    """The stage rule on a run's tracked probes (see :class:`StageTimes`). The embedding side reads the cosine
+    gap, not the ratio: at initialisation both means are near 0 and their ratio is noise."""
+    steps = run.steps
+
+    def first_lasting(values: np.ndarray, thr: float) -> float:
+        below = ~(np.asarray(values, dtype=float) >= thr)
+        if below[-1]:
+            return math.nan
+        last_below = np.flatnonzero(below)
+        return float(steps[last_below[-1] + 1] if last_below.size else steps[0])
+
+    gap, ratio = check_float("embedding_gap", embedding_gap), check_float("attention_ratio", attention_ratio)
+    return StageTimes(first_lasting(run.probe("cosine_gap"), gap), first_lasting(run.probe("attention"), ratio),
+                      check_float("factor", factor), gap, ratio)
+
+
+# ---- the stage-1 theory on the corpus's moments -----------------------------------------------------------------
+def corpus_moments(documents: WordDocuments, *, attend_to_masked: bool, passes: int = 20, seed: int = 0,
+                   masking: Masking = BERT_MASKING) -> tuple[np.ndarray, np.ndarray]:
+    """The corpus's own stage-1 moments under uniform attention, one-hot inputs: ``Sigma = E[n xbar xbar^T] / E[n]``
+    and ``C = E[y xbar^T]`` per selected position, shape ``(D, D)`` each, over ``passes`` independent BERT
+    corruptions of every sequence (the distribution :func:`topicmech.train.train` samples from)."""
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
+    D = documents.num_tokens
+    Sxx, Cyx, total = np.zeros((D, D)), np.zeros((D, D)), 0.0
+    y_all = documents.tokens.numpy()
+    for pass_seed in spawn_seeds(check_seed(seed), check_positive_int("passes", passes)):
+        inputs, selected = bert_mask(documents.tokens, D - 1, masking, seed=pass_seed)
+        for xs, ss, ys, att, n_att in chunks(inputs.numpy(), selected.numpy(), y_all, D, attend_to_masked):
+            n_sel = (ss & (n_att > 0)[:, None]).sum(axis=1).astype(np.float64)
+            xbar = doc_counts(xs, att, D) / np.maximum(n_att, 1)[:, None]                # (n, D)
+            Sxx += (xbar * n_sel[:, None]).T @ xbar
+            Cyx += doc_counts(ys, ss & (n_att > 0)[:, None], D).T @ xbar
+            total += float(n_sel.sum())
+    if total == 0:
+        raise ValueError("no selected position with a visible key: use longer sequences")
+    return Sxx / total, Cyx / total
+
+
+def topic_block_gap(matrix: np.ndarray, documents: WordDocuments, word_topics: WordTopics) -> dict[str, float]:
+    """Mean entries of a word-by-word matrix over the selected words ``word_topics`` (one topic each):
+    ``diag``, ``same_topic`` (distinct words of one topic), ``diff_topic`` and ``gap = same - diff``."""
+    index = {w: i for i, w in enumerate(documents.words)}
+    words = [w for w in word_topics.words if w in index]
+    ids = np.asarray([index[w] for w in words])
+    W = np.asarray(matrix, dtype=np.float64)[np.ix_(ids, ids)]
+    share = shares_topic(word_topics.membership(words))
+    eye = np.eye(len(ids), dtype=bool)
+    same, diff = float(W[share & ~eye].mean()), float(W[~share].mean())
+    return {"diag": float(W[eye].mean()), "same_topic": same, "diff_topic": diff, "gap": same - diff}
+
+
+@dataclass
+class ValueOnText:
+    """:func:`value_on_text`: the moments, the optimum ``W_star``, the trained ``W_trained``, the population
+    losses (``loss_zero`` at 0, ``loss_star``, ``loss_trained``), ``excess`` = (trained - star) / (zero - star)
+    and the learning rate."""
+
+    Sigma: np.ndarray
+    C: np.ndarray
+    W_star: np.ndarray
+    W_trained: np.ndarray
+    loss_zero: float
+    loss_star: float
+    loss_trained: float
+    lr: float
+    attend_to_masked: bool
+
+    @property
+    def excess(self) -> float:
+        return (self.loss_trained - self.loss_star) / (self.loss_zero - self.loss_star)
+
+    @property
+    def relative_error(self) -> float:
+        """``||W_trained - W*||_F / ||W*||_F`` over the word block (the [MASK] row and column aside)."""
+        a, b = self.W_trained[:-1, :-1], self.W_star[:-1, :-1]
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def value_on_text(documents: WordDocuments, *, attend_to_masked: bool, steps: int = 3000, seed: int = 0,
+                  passes: int = 20, batch_size: int = 64, l2: float = 0.0,
+                  masking: Masking = BERT_MASKING) -> ValueOnText:
+    """Stage 1 on real text: ``W* = C Sigma^-1`` from :func:`corpus_moments`, and ``W^V`` trained to it under
+    frozen uniform attention (one-hot inputs, identity head, squared loss, SGD from 0 at
+    :func:`~topicmech.theory.stage1_sgd_lr` of the moments' top eigenvalue for half the steps, then a quarter at
+    a fourth of it and a quarter at a sixteenth) by
+    :func:`topicmech.train.train`; with ``l2 > 0`` both carry the penalty ``l2 ||W||_F^2`` (then
+    ``W* = C (Sigma + l2 I)^-1``, unique and better conditioned) and the losses include it."""
+    attend_to_masked = check_attend_to_masked(attend_to_masked)
+    moment_seed, data_seed = spawn_seeds(check_seed(seed), 2)
+    Sigma, C = corpus_moments(documents, attend_to_masked=attend_to_masked, passes=passes, seed=moment_seed,
+                              masking=masking)
+    l2 = check_float("l2", l2, positive=False)
+    W_star = optimum_from_moments(Sigma, C, attend_to_masked=attend_to_masked, l2=l2)
+    lr = stage1_sgd_lr(sigma_extremes(Sigma, attend_to_masked)[1], loss="squared", l2=l2)
+    model = OneLayerTransformer(documents.num_tokens, attention="uniform", value="learned",
+                                attend_to_masked=attend_to_masked, init_scale=0.0)
+    steps = check_positive_int("steps", steps)
+    first = max(1, steps // 2)                                  # then a quarter at lr / 4, a quarter at lr / 16
+    phases = [(n, r) for n, r in ((first, lr), ((steps - first) // 2, lr / 4),
+                                  (steps - first - (steps - first) // 2, lr / 16)) if n > 0]
+    train(model, documents.tokens, phases=phases, loss="squared",
+          batch_size=check_positive_int("batch_size", batch_size), masking=masking, seed=data_seed, l2=l2)
+    W = model.W_V.detach().to(torch.float64).numpy().copy()
+    losses = [population_loss(M, Sigma, C) + l2 * float(np.sum(M * M)) for M in (np.zeros_like(W), W_star, W)]
+    return ValueOnText(Sigma, C, W_star, W, *losses, lr=lr, attend_to_masked=attend_to_masked)
+
+
+def synthetic_gap(documents: WordDocuments, word_topics: WordTopics, *, attend_to_masked: bool) -> float:
+    """The same-topic minus different-topic entry of the synthetic stage-1 optimum with as many topics and words
+    per topic as ``word_topics`` selects, ``tau = 2`` topics per document and the documents' length."""
+    T = len({t for w in word_topics.words for t in word_topics.get(w)})
+    v = max(2, round(len(word_topics) / max(T, 1)))
+    b = value_block_coefficients(Setting(max(T, 2), v, 2, documents.seq_len, attend_to_masked=attend_to_masked))
+    return float(b.same_topic - b.diff_topic)
+
+
+# ---- the runs the chapter and the stored results share ----------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 2, lda_seed: int = 0,
+              seq_len: int = 128, max_words: int | None = None) -> tuple[WordDocuments, FittedLDA]:
+    """The chapter's documents and topics, cached per process: ``"wikipedia"``
+    (:func:`~topicmech.corpus.load_wikipedia_sample`) or ``"lee"`` (:func:`~topicmech.corpus.load_lee_corpus`), LDA
+    of ``num_topics`` topics for ``passes`` passes (seed ``lda_seed``), :func:`word_documents`."""
+    loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
+    if corpus not in loaders:
+        raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
+    text = loaders[corpus]()
+    lda = fit_lda(text, num_topics=num_topics, passes=passes, seed=lda_seed)
+    return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
+
+
+def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
+                 max_words: int | None = 1000, seq_len: int = 128, per_topic: int | None = None,
+                 shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02) -> dict[str, Any]:
+    """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
+    final and untrained ratios, the frequency-matched control, the stage times and the curves."""
+    docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
+    wt = topic_words(docs, lda, per_topic=per_topic)
+    run = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, word_topics=wt, lr=lr,
+                         init_scale=init_scale)
+    untrained = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed)
+    final = topic_ratios(run, docs, word_topics=wt, seed=seed + 1)
+    null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, bins=shuffle_bins, seed=seed),
+                        seed=seed + 1)
+    far = topic_ratios(run, docs, word_topics=wt, seed=seed + 1, min_distance=16)
+    st = stage_times(run)
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in RATIO_KEYS}
+    out.update({f"untrained_{k}": v for k, v in topic_ratios(untrained, docs, word_topics=wt, seed=seed + 1).items()
+                if k in RATIO_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in RATIO_KEYS})
+    out.update(far_attention=far["attention"], t_embedding=st.embedding, t_attention=st.attention,
+               two_stages=bool(st.two_stages), num_words=final["num_words"])
+    out["curve_step"] = run.steps.tolist()
+    for k in (*TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
+        out[f"curve_{k}"] = [float(x) for x in run.probe(k)]
+    return out
+
+
+def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", max_words: int = 300,
+              steps: int = 3000, passes: int = 20, seq_len: int = 128, l2: float = 1e-5) -> dict[str, float]:
+    """One seed of the chapter's stage-1 check on the corpus's moments, as ``{metric: number}``."""
+    docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
+    wt = topic_words(docs, lda)
+    res = value_on_text(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, passes=passes, l2=l2)
+    gs, gt = topic_block_gap(res.W_star, docs, wt), topic_block_gap(res.W_trained, docs, wt)
+    return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
+            "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
