@@ -123,7 +123,6 @@ def test_result_fields(optimum):
     [
         (dict(words_per_topic=1), {}, "words_per_topic"),
         (dict(topics_per_doc=5), {}, "topics_per_doc"),
-        (dict(doc_len=math.inf), {}, "doc_len"),
         (dict(mask_prob=0.0), {}, "mask_prob"),
         ({}, dict(num_docs=0), "num_docs"),
         ({}, dict(seed=-1), "seed"),

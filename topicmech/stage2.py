@@ -22,11 +22,12 @@ from . import theory
 from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
 from .probes import relation_masks, topic_contrasts, topic_eigenvalue
-from .setting import Setting
+from .setting import BERT_MASKING, Masking, Setting
 from .train import History, train
 from .utils import check_float, check_positive_int
 
 __all__ = [
+    "tied_limit_grid",
     "Stage2Setting", "stage2_model", "run_stage2", "GradientSummary",
     "gradient_summary", "MaskQueryAttention",
     "mask_query_attention",
@@ -276,3 +277,26 @@ def mask_query_attention(pattern: torch.Tensor, inputs: torch.Tensor, selected: 
         raise ValueError("no [MASK] query with visible word keys in both relations; use more documents")
     p = pattern.detach()
     return MaskQueryAttention(float(p[pair & same].mean()) * N, float(p[pair & ~same].mean()) * N, int(query.sum()))
+
+
+def tied_limit_grid(num_topics: Sequence[int], topics_per_doc: Sequence[int], *, words_per_topic: int,
+                    attend_to_masked: bool, masking: Masking = BERT_MASKING) -> list[dict[str, Any]]:
+    """The N -> inf optimum of the tied attention (:func:`topicmech.theory.tied_attention_optimum`
+    with ``doc_len=math.inf``) at every ``(T, tau)`` with ``tau < T`` of the two lists.
+
+    Returns one dict per setting: ``num_topics``, ``topics_per_doc``, ``alpha``, ``beta``,
+    ``weighted_ratio``, ``ratio_over_tau``, ``ratio_over_T``, ``at_bound`` (the optimum runs to the
+    edge of the search box, there ``alpha -> 0``) and ``identified``.
+    """
+    v = check_positive_int("words_per_topic", words_per_topic)
+    rows = []
+    for T in num_topics:
+        for tau in topics_per_doc:
+            if tau >= T:
+                continue
+            o = theory.tied_attention_optimum(Setting(T, v, tau, math.inf, masking=masking,
+                                                      attend_to_masked=attend_to_masked))
+            rows.append({"num_topics": int(T), "topics_per_doc": int(tau), "alpha": o.alpha, "beta": o.beta,
+                         "weighted_ratio": o.weighted_ratio, "ratio_over_tau": o.weighted_ratio / tau,
+                         "ratio_over_T": o.weighted_ratio / T, "at_bound": o.at_bound, "identified": o.identified})
+    return rows

@@ -10,12 +10,14 @@ Call the functions from here; the modules group them by subject:
 - :mod:`~topicmech.theory.estimates`: the least-squares value matrix of a sample;
 - :mod:`~topicmech.theory.embeddings`: the tied-embedding optimum (chapter 3);
 - :mod:`~topicmech.theory.attention`: the stage-2 gradient, its drive and learning rate, and the
-  authors' optimal tied attention (chapter 5).
+  authors' optimal tied attention at finite N and as N -> inf (chapter 5).
 """
 
 from . import attention, embeddings, estimates, lda, value
 from .attention import (
     TARGET_GROWTH_RATE,
+    TiedAttentionLimit,
+    TiedAttentionLimitObjective,
     TiedAttentionObjective,
     TiedAttentionOptimum,
     default_stage2_lr,
@@ -23,6 +25,7 @@ from .attention import (
     hidden_key_gradient,
     key_query_gradient,
     key_query_gradient_limit,
+    stage1_limit_blocks,
     stage2_drive,
     tied_attention_objective,
     tied_attention_optimum,
@@ -86,4 +89,5 @@ __all__ = [
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
     "hidden_key_gradient", "stage2_drive", "default_stage2_lr", "TiedAttentionObjective", "TiedAttentionOptimum",
     "tied_attention_objective", "tied_attention_optimum", "tied_score_matrix", "weighted_ratio",
+    "TiedAttentionLimitObjective", "TiedAttentionLimit", "stage1_limit_blocks",
 ]

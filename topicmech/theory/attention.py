@@ -26,6 +26,8 @@ from ..setting import Masking, Setting, check_attend_to_masked
 from ..utils import check_float, check_positive_int, check_seed
 from .estimates import check_sample, chunks, doc_counts, sample_chunks
 from .value import (
+    ValueBlocks,
+    block_matrix,
     check_setting,
     kappa,
     moments,
@@ -38,6 +40,7 @@ __all__ = [
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
     "hidden_key_gradient", "stage2_drive", "default_stage2_lr", "TiedAttentionObjective", "TiedAttentionOptimum",
     "tied_attention_objective", "tied_attention_optimum", "tied_score_matrix", "weighted_ratio",
+    "TiedAttentionLimitObjective", "TiedAttentionLimit", "stage1_limit_blocks",
 ]
 
 
@@ -252,15 +255,16 @@ def tied_score_matrix(alpha: float, beta: float, num_topics: int, words_per_topi
     return Cmat
 
 
-def _check_tied_setting(setting: object) -> Setting:
-    """``setting`` (a :class:`topicmech.setting.Setting`) with this estimator's extra conditions."""
+def _check_tied_setting(setting: object, allow_limit: bool = False) -> Setting:
+    """``setting`` (a :class:`topicmech.setting.Setting`) with this estimator's extra conditions
+    (``allow_limit``: ``doc_len`` may be ``math.inf``)."""
     p = check_setting(setting)
     if p.v < 2:
         raise ValueError(f"words_per_topic must be >= 2 (alpha is not identified otherwise), got {p.v!r}")
     if p.tau >= p.T:
         raise ValueError(f"topics_per_doc must be < num_topics={p.T} (documents carry no topic otherwise), "
                          f"got {p.tau!r}")
-    if not isinstance(p.N, int):
+    if not isinstance(p.N, int) and not (allow_limit and math.isinf(p.N)):
         raise ValueError(f"doc_len must be a finite integer >= 2, got {p.N!r}")
     if not 0.0 < p.p_m < 1.0:
         raise ValueError(f"mask_prob must be in (0, 1) (some positions selected, some keys visible), got {p.p_m!r}")
@@ -297,6 +301,31 @@ def _position_stats(inputs: np.ndarray, selected: np.ndarray, docs: np.ndarray, 
     return dq, gram, hit, norm, use.sum(axis=1).astype(np.float64)
 
 
+def _tied_terms(gram: np.ndarray, hit: np.ndarray, norm: np.ndarray, alpha: np.ndarray, beta: np.ndarray,
+                grad: bool = False):
+    """Tied-attention loss for P query cases and K pairs, (P, K); with ``grad`` also d/dlog(alpha), d/dlog(beta).
+
+    A case is summarised by the Gram entries 00, 01, 02, 11, 12, 22 of ``u0 = W n``, ``u1 = W n_g``,
+    ``u2 = n_q W e_q`` (P, 6), their expected ``y``-th entries (P, 3) and ``|n|, |n_g|, n_q`` (P, 3), where
+    ``n`` are the key-token weights, ``n_g`` those of the query's group and ``n_q`` that of the query token:
+    the attended mix is ``(u0 + (alpha - 1) u1 + (beta - alpha) u2) / Z``.
+    """
+    al, be = (np.asarray(x, dtype=np.float64)[None, :] for x in (alpha, beta))
+    a, b = al - 1.0, be - al  # (1, K) coefficients of u1 and u2
+    G, h, s = gram, hit, norm
+    g00, g01, g02, g11, g12, g22 = (G[:, i:i + 1] for i in range(6))  # (P, 1)
+    quad = g00 + 2 * a * g01 + 2 * b * g02 + a * a * g11 + 2 * a * b * g12 + b * b * g22  # (P, K)
+    lin = h[:, 0:1] + a * h[:, 1:2] + b * h[:, 2:3]  # (P, K)
+    Z = s[:, 0:1] + a * s[:, 1:2] + b * s[:, 2:3]  # (P, K) > 0
+    loss = quad / Z**2 - 2.0 * lin / Z + 1.0
+    if not grad:
+        return loss
+    common = -2.0 * quad / Z**3 + 2.0 * lin / Z**2  # d loss / d Z
+    dl_da = 2 * (g01 + a * g11 + b * g12) / Z**2 - 2.0 * h[:, 1:2] / Z + common * s[:, 1:2]
+    dl_db = 2 * (g02 + a * g12 + b * g22) / Z**2 - 2.0 * h[:, 2:3] / Z + common * s[:, 2:3]
+    return loss, (dl_da - dl_db) * al, dl_db * be  # chain rule: a = alpha - 1, b = beta - alpha
+
+
 class TiedAttentionObjective:
     """Monte-Carlo loss of the tied attention on one fixed sample (from :func:`tied_attention_objective`).
 
@@ -312,20 +341,7 @@ class TiedAttentionObjective:
 
     def _per_position(self, alpha: np.ndarray, beta: np.ndarray, grad: bool = False):
         """Loss per position for K pairs, (P, K); with ``grad`` also its d/dlog(alpha), d/dlog(beta)."""
-        al, be = (np.asarray(x, dtype=np.float64)[None, :] for x in (alpha, beta))
-        a, b = al - 1.0, be - al  # (1, K) coefficients of u1 and u2
-        G, h, s = self._gram, self._hit, self._norm
-        g00, g01, g02, g11, g12, g22 = (G[:, i:i + 1] for i in range(6))  # (P, 1)
-        quad = g00 + 2 * a * g01 + 2 * b * g02 + a * a * g11 + 2 * a * b * g12 + b * b * g22  # (P, K)
-        lin = h[:, 0:1] + a * h[:, 1:2] + b * h[:, 2:3]  # (P, K)
-        Z = s[:, 0:1] + a * s[:, 1:2] + b * s[:, 2:3]  # (P, K) > 0
-        loss = quad / Z**2 - 2.0 * lin / Z + 1.0
-        if not grad:
-            return loss
-        common = -2.0 * quad / Z**3 + 2.0 * lin / Z**2  # d loss / d Z
-        dl_da = 2 * (g01 + a * g11 + b * g12) / Z**2 - 2.0 * h[:, 1:2] / Z + common * s[:, 1:2]
-        dl_db = 2 * (g02 + a * g12 + b * g22) / Z**2 - 2.0 * h[:, 2:3] / Z + common * s[:, 2:3]
-        return loss, (dl_da - dl_db) * al, dl_db * be  # chain rule: a = alpha - 1, b = beta - alpha
+        return _tied_terms(self._gram, self._hit, self._norm, alpha, beta, grad)
 
     def _per_doc(self, x: np.ndarray) -> np.ndarray:
         """Sum over each document's positions: (P, K) -> (n, K)."""
@@ -404,19 +420,24 @@ class TiedAttentionObjective:
                                       self._norm[keep], self._n_sel[:n])
 
 
-def tied_attention_objective(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionObjective:
+def tied_attention_objective(setting: Setting, *, seed: int = 0,
+                             num_docs: int = 100_000) -> TiedAttentionObjective | TiedAttentionLimitObjective:
     """Sample documents and masks once (chunks of 16,384, nested across ``num_docs``) and return the loss on them.
 
-    ``W^V`` is :func:`optimal_value_matrix` of ``setting``.
+    ``W^V`` is :func:`optimal_value_matrix` of ``setting``. With ``doc_len=math.inf`` the loss is
+    the exact long-document limit instead (:class:`TiedAttentionLimitObjective`; ``seed`` and
+    ``num_docs`` are then not used).
 
     Parameters
     ----------
     setting : Setting
-        ``v >= 2``, ``1 <= tau < T``, finite ``N``, ``0 < p_m < 1``; both key conventions.
+        ``v >= 2``, ``1 <= tau < T``, ``N`` finite or ``math.inf``, ``0 < p_m < 1``; both key conventions.
     seed, num_docs : int
         Sample seed and size.
     """
-    p = _check_tied_setting(setting)
+    p = _check_tied_setting(setting, allow_limit=True)
+    if math.isinf(p.N):
+        return TiedAttentionLimitObjective(p)
     seed, n_docs = check_seed(seed), check_positive_int("num_docs", num_docs)
     W_star = optimal_value_matrix(p)
     parts: list[tuple[np.ndarray, ...]] = []
@@ -492,13 +513,32 @@ class TiedAttentionOptimum:
         return asdict(self)
 
 
-def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 100_000) -> TiedAttentionOptimum:
+def tied_attention_optimum(setting: Setting, *, seed: int = 0,
+                           num_docs: int = 100_000) -> TiedAttentionOptimum | TiedAttentionLimit:
     """Optimal tied attention scores ``(alpha, beta)`` with ``W^V`` at the stage-1 optimum.
 
-    Minimises :func:`tied_attention_objective` (same arguments) over ``(log alpha, log beta)``: a
-    coarse grid (-3 to 6, first 20,000 positions) picks the start, then L-BFGS-B, exact gradient.
+    Finite ``doc_len``: minimises :func:`tied_attention_objective` (same arguments) over
+    ``(log alpha, log beta)``: a coarse grid (-3 to 6, first 20,000 positions) picks the start,
+    then L-BFGS-B, exact gradient; a :class:`TiedAttentionOptimum` with sampling errors.
+
+    ``doc_len=math.inf``: the N -> inf optimum, a :class:`TiedAttentionLimit`, from the exact
+    limit loss (:class:`TiedAttentionLimitObjective`, a finite expectation over the query types
+    for one topic set), minimised to a gradient below ``1e-10``; ``seed`` and ``num_docs`` are
+    not used. With hidden keys that loss depends on ``(alpha, beta)`` only through the weighted
+    ratio, whose optimum is ``1 + T p_c / p_r`` for ``tau >= 2`` (``identified`` is False, and
+    ``alpha = beta``; with ``tau = 1`` it is flat).
+
+    Examples
+    --------
+    >>> import math
+    >>> from topicmech import Setting
+    >>> lim = tied_attention_optimum(Setting(8, 3, 2, math.inf, attend_to_masked=False))
+    >>> round(lim.weighted_ratio, 6), lim.identified
+    (9.0, False)
     """
-    p = _check_tied_setting(setting)
+    p = _check_tied_setting(setting, allow_limit=True)
+    if math.isinf(p.N):
+        return _tied_limit_optimum(p)
     seed = check_seed(seed)
     obj = tied_attention_objective(p, seed=seed, num_docs=num_docs)
     from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
@@ -530,3 +570,198 @@ def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 1
         num_docs=obj.num_docs, num_positions=obj.num_positions, num_topics=p.T, words_per_topic=p.v,
         topics_per_doc=p.tau, doc_len=int(p.N), mask_prob=p.p_m, keep_prob=p.p_c, random_prob=p.p_r,
         attend_to_masked=p.attend_to_masked, seed=seed)
+
+
+
+# ---- the long-document limit of the tied attention -------------------------------------------------
+def stage1_limit_blocks(setting: Setting) -> ValueBlocks:
+    """Orbit values of ``lim_{N -> inf} W*(N)``, the stage-1 optimum of long documents (closed form).
+
+    Every attended column of ``W*(N)`` sums to 1 over the words at every N, so the limit has
+    ``w_diff = (1 - lambda_t) / V``, ``w_same = w_diff + (lambda_t - lambda_w) / v`` and
+    ``w_diag = w_same + lambda_w``, with, in the theory's convention (visible keys),
+    ``lambda_t = 1 / (1 - (1 - p_c) p_m)``, ``lambda_w = p_c / (1 - p_m p_[M])`` and the [MASK]
+    column ``1 / V``; in the released code's convention (hidden keys) ``lambda_t = 1``,
+    ``lambda_w = 0`` and the [MASK] column 0 (``W* -> B / v``). This is not the minimum-norm
+    optimum at ``doc_len=math.inf`` (:func:`optimal_value_matrix`), which has ``lambda_w = 0`` in
+    both conventions: at N = inf the same-word boost does not change the stage-1 loss, but it
+    changes the tied-attention loss. Reads ``T, v`` and the masking; needs ``mask_prob < 1``.
+    """
+    p = check_setting(setting)
+    if not p.p_m < 1.0:
+        raise ValueError(f"mask_prob must be < 1 for the long-document limit, got {p.p_m!r}")
+    if p.attend_to_masked:
+        lt, lw, mask_col = 1.0 / (1.0 - (1.0 - p.p_c) * p.p_m), p.p_c / (1.0 - p.p_m * p.p_M), 1.0 / p.V
+    else:
+        lt, lw, mask_col = 1.0, 0.0, 0.0
+    w_diff = (1.0 - lt) / p.V
+    w_same = w_diff + (lt - lw) / p.v
+    return ValueBlocks(diag=w_same + lw, same_topic=w_same if p.v > 1 else math.nan,
+                       diff_topic=w_diff if p.T > 1 else math.nan, mask_col=mask_col,
+                       topic_eigenvalue=lt if p.T > 1 else math.nan)
+
+
+def _limit_cases(p: Setting, W: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Weights (C,), Gram entries (C, 6), expected hits (C, 3) and normalisers (C, 3) of the query
+    cases of the N -> inf limit, for the topic set S = the first tau topics (all sets are alike)."""
+    T, v, tau, V, D = p.T, p.v, p.tau, p.V, p.D
+    group = np.append(np.arange(V) // v, T)  # (D,): [MASK] is a group of its own
+    in_S = np.zeros(D)
+    in_S[:tau * v] = 1.0
+    if p.attend_to_masked:  # every position is a key: true word, random word or [MASK]
+        f = (1.0 - p.p_m + p.p_m * p.p_c) * in_S / (tau * v) + p.p_m * p.p_r / V * np.append(np.ones(V), 0.0)
+        f[V] = p.p_m * p.p_M
+    else:  # only unselected positions: their true words
+        f = in_S / (tau * v)
+    y_S = in_S / (tau * v)  # the law of the true word given S
+    cases = [(p.p_c, 0, np.eye(D)[0]),  # kept: the query shows its own word (word 0, in S)
+             (p.p_M, V, y_S),  # [MASK]
+             (p.p_r * tau / p.T, 0, y_S),  # a random word that lies in S
+             (p.p_r * (1.0 - tau / p.T), tau * v, y_S)]  # a random word outside S
+    weights, gram, hit, norm = [], [], [], []
+    for w, q, y in cases:
+        if w <= 0.0:
+            continue
+        f_g = f * (group == group[q])
+        u = np.stack([W @ f, W @ f_g, f[q] * W[:, q]])  # (3, D)
+        gram.append([u[i] @ u[j] for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))])
+        hit.append(u @ y)
+        norm.append([f.sum(), f_g.sum(), f[q]])
+        weights.append(w)
+    return tuple(np.asarray(x, dtype=np.float64) for x in (weights, gram, hit, norm))
+
+
+class TiedAttentionLimitObjective:
+    """The exact N -> inf loss of the tied attention (from :func:`tied_attention_objective` with
+    ``doc_len=math.inf``).
+
+    As N -> inf the key counts of a document concentrate on their expected frequencies given its
+    topic set S, so the attended mix is deterministic given S and the query token; the loss is a
+    finite expectation over the query types (kept word, ``[MASK]``, random word in or outside S)
+    for one S, all sets being alike under relabelling. ``W^V`` is ``lim W*(N)``
+    (:func:`stage1_limit_blocks`). Attributes: ``setting``, ``W_star`` (shape (D, D)) and
+    ``identified`` (False with hidden keys, where the loss depends on ``alpha, beta`` only through
+    the weighted ratio).
+    """
+
+    def __init__(self, setting: Setting) -> None:
+        self.setting = setting
+        self.W_star = block_matrix(stage1_limit_blocks(setting), setting.T, setting.v)
+        self._w, self._gram, self._hit, self._norm = _limit_cases(setting, self.W_star)
+        self.identified = bool(setting.attend_to_masked)
+
+    def loss(self, alpha: float | np.ndarray, beta: float | np.ndarray) -> float | np.ndarray:
+        """The limit loss at ``(alpha, beta)`` (broadcast; a float for scalars; 1, 1 is uniform)."""
+        a, b = np.broadcast_arrays(np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64))
+        if not (np.all(np.isfinite(a)) and np.all(a > 0) and np.all(np.isfinite(b)) and np.all(b > 0)):
+            raise ValueError(f"alpha and beta must be positive and finite, got {alpha!r}, {beta!r}")
+        out = self._w @ _tied_terms(self._gram, self._hit, self._norm, a.ravel(), b.ravel())
+        return float(out[0]) if a.shape == () else out.reshape(a.shape)
+
+    def gradient(self, log_alpha: float, log_beta: float) -> tuple[float, np.ndarray]:
+        """Loss and its gradient with respect to ``(log alpha, log beta)``."""
+        loss, ga, gb = _tied_terms(self._gram, self._hit, self._norm, np.array([math.exp(log_alpha)]),
+                                   np.array([math.exp(log_beta)]), grad=True)
+        return float(self._w @ loss[:, 0]), np.array([self._w @ ga[:, 0], self._w @ gb[:, 0]])
+
+
+@dataclass(frozen=True)
+class TiedAttentionLimit:
+    """The N -> inf optimum of the tied-score family (from :func:`tied_attention_optimum` with
+    ``doc_len=math.inf``).
+
+    Parameters
+    ----------
+    alpha, beta : float
+        Optimal ``c_2 / c_3`` (same topic) and ``c_1 / c_3`` (same token); with hidden keys
+        (``identified`` False) the point ``alpha = beta`` of the optimal line.
+    weighted_ratio : float
+        ``((v - 1) / v) alpha + beta / v``.
+    identified : bool
+        False when the limit loss depends on ``(alpha, beta)`` only through the weighted ratio
+        (hidden keys).
+    loss, uniform_loss, gain : float
+        The limit loss at the optimum and at ``alpha = beta = 1``, and their difference.
+    gradient_norm : float
+        Norm of the gradient in ``(log alpha, log beta)`` at the optimum (the numerical error).
+    at_bound : bool
+        The optimum lies on the edge ``|log alpha|, |log beta| = 12`` of the search box.
+    num_topics, words_per_topic, topics_per_doc, mask_prob, keep_prob, random_prob, attend_to_masked
+        The setting (flat, for JSON; ``doc_len`` is ``math.inf``; :attr:`setting` rebuilds it).
+    """
+
+    alpha: float
+    beta: float
+    weighted_ratio: float
+    identified: bool
+    loss: float
+    uniform_loss: float
+    gain: float
+    gradient_norm: float
+    at_bound: bool
+    num_topics: int
+    words_per_topic: int
+    topics_per_doc: int
+    mask_prob: float
+    keep_prob: float
+    random_prob: float
+    attend_to_masked: bool
+
+    @property
+    def doc_len(self) -> float:
+        return math.inf
+
+    @property
+    def setting(self) -> Setting:
+        """The :class:`topicmech.setting.Setting` (``doc_len=math.inf``)."""
+        return Setting(self.num_topics, self.words_per_topic, self.topics_per_doc, math.inf,
+                       masking=Masking(self.mask_prob, self.keep_prob, self.random_prob),
+                       attend_to_masked=self.attend_to_masked)
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain ``dict`` (JSON-serialisable; ``doc_len`` is left out)."""
+        return asdict(self)
+
+
+def _tied_limit_optimum(p: Setting) -> TiedAttentionLimit:
+    from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
+
+    obj = TiedAttentionLimitObjective(p)
+    grid = np.linspace(-3.0, 9.0, 25)
+    if obj.identified:
+        la, lb = np.meshgrid(grid, grid, indexing="ij")
+        coarse = obj.loss(np.exp(la), np.exp(lb))
+        i, j = np.unravel_index(int(np.argmin(coarse)), coarse.shape)
+        start = np.array([grid[i], grid[j]])
+
+        def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+            return obj.gradient(x[0], x[1])
+    else:  # the loss depends on the weighted ratio only: minimise along alpha = beta
+        start = np.array([grid[int(np.argmin(obj.loss(np.exp(grid), np.exp(grid))))]])
+
+        def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+            loss, g = obj.gradient(x[0], x[0])
+            return loss, np.array([g.sum()])
+    res = optimize.minimize(fun, start, jac=True, method="L-BFGS-B", bounds=[(-_LOG_BOUND, _LOG_BOUND)] * start.size,
+                            options={"ftol": 1e-16, "gtol": 1e-13, "maxiter": 1000})
+    x = np.asarray(res.x, dtype=np.float64)
+    for _ in range(4):  # Newton steps on the exact gradient (Hessian by central differences) polish the location
+        g = fun(x)[1]
+        steps = 1e-5 * np.eye(x.size)
+        H = np.column_stack([(fun(x + e)[1] - fun(x - e)[1]) / 2e-5 for e in steps])
+        if np.any(np.abs(x) > _LOG_BOUND - 1e-3) or not np.all(np.linalg.eigvalsh(0.5 * (H + H.T)) > 0):
+            break
+        x_new = np.clip(x - np.linalg.solve(H, g), -_LOG_BOUND, _LOG_BOUND)
+        if not fun(x_new)[0] <= fun(x)[0] + 1e-15:
+            break
+        x = x_new
+    la, lb = (x[0], x[1]) if obj.identified else (x[0], x[0])
+    alpha, beta = math.exp(la), math.exp(lb)
+    loss, grad = obj.gradient(la, lb)
+    at_bound = bool(np.any(np.abs(x) > _LOG_BOUND - 1e-6))
+    uniform = obj.loss(1.0, 1.0)
+    return TiedAttentionLimit(
+        alpha=alpha, beta=beta, weighted_ratio=weighted_ratio(alpha, beta, p.v), identified=obj.identified,
+        loss=loss, uniform_loss=uniform, gain=uniform - loss, gradient_norm=float(np.linalg.norm(grad)),
+        at_bound=at_bound, num_topics=p.T, words_per_topic=p.v, topics_per_doc=p.tau, mask_prob=p.p_m,
+        keep_prob=p.p_c, random_prob=p.p_r, attend_to_masked=p.attend_to_masked)
