@@ -35,7 +35,7 @@ from .probes import (
     topic_contrasts,
 )
 from .setting import Setting
-from .traces import closing_step, loglog_slope, reaching_step
+from .traces import closing_step, growth_rate, loglog_slope, reaching_step
 from .train import History
 from .train import train as _train
 from .utils import check_matrix, check_positive_int
@@ -43,7 +43,7 @@ from .utils import check_matrix, check_positive_int
 __all__ = [
     "value_gap", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
-    "run_summary",
+    "run_summary", "joint_metrics", "two_stage_point", "ATTENTION_CURVE_EVERY",
 ]
 
 _Loss = Literal["squared", "cross_entropy"]
@@ -256,6 +256,20 @@ class JointRun:
         """Probe steps, shape ``(k,)``."""
         return np.asarray(self.history.probe_step)
 
+    def truncated(self, steps: int) -> JointRun:
+        """The run as it stood after ``steps`` training steps: loss and probes up to there, stage
+        times recomputed (``model`` stays the final model). Training draws fresh documents from
+        the step's seed, so this equals a run stopped at ``steps``."""
+        steps = check_positive_int("steps", steps)
+        h = self.history
+        if steps > h.step[-1]:
+            raise ValueError(f"steps={steps} is beyond the run's {h.step[-1]} steps")
+        k = int(np.searchsorted(np.asarray(h.probe_step), steps, side="right"))
+        n = int(np.searchsorted(np.asarray(h.step), steps, side="right"))
+        cut = History(h.step[:n], h.loss[:n], h.probe_step[:k], {name: v[:k] for name, v in h.probes.items()})
+        times = stage_times(cut) if self.times is not None else None
+        return JointRun(self.model, cut, self.W_star, times, {**self.config, "steps": steps})
+
 
 def train_joint(
     setting: Setting, *, topic_model: TopicModel | None = None, steps: int,
@@ -329,3 +343,78 @@ def run_summary(run: JointRun, *, plateau_window: int = 500, final_window: int =
         "plateau_gap": float(gap.min()),
         "final_gap": float(gap[-1]),
     }
+
+
+def joint_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[str, float]:
+    """:func:`run_summary` of a run with stage times, plus what chapter 6 reads off its end state.
+
+    Added: ``"kq_same_word"``, ``"kq_same_topic"`` (final score contrasts of ``A``),
+    ``"peak_topic_attention"``, ``"final_topic_attention"``, ``"topic_fall"`` (peak minus final
+    same-topic attention), ``"copier"`` (1.0 when self over same-topic attention exceeds 1.5 and
+    same-topic attention fell more than 0.1 from its peak, else 0.0), ``"gap_rise"``
+    (``final_gap - plateau_gap``), ``"loss_drop"`` (``plateau_loss - final_loss``),
+    ``"early_growth"`` and ``"topical_share"`` (``||A||`` at step 50 over step 0, and the topic
+    contrast per unit norm of ``A`` at step 50 over its final value), ``"growth_rate"``
+    (:func:`topicmech.traces.growth_rate` of the topic contrast from 0.02 to 0.3; nan if it
+    never gets there) and, given ``uniform_loss``, ``"loss_below_uniform"``.
+    """
+    out = run_summary(run)
+    s, att = run.steps, run.probe("attention")
+    norm, topic = run.probe("kq_norm"), run.probe("kq_same_topic")
+    peak = float(att[:, 2].max())
+    out.update(
+        kq_same_word=float(run.probe("kq_same_word")[-1]), kq_same_topic=float(topic[-1]),
+        peak_topic_attention=peak, final_topic_attention=float(att[-1, 2]), topic_fall=peak - float(att[-1, 2]),
+        copier=float(out["self_attention_ratio"] > 1.5 and peak - att[-1, 2] > 0.1),
+        gap_rise=out["final_gap"] - out["plateau_gap"], loss_drop=out["plateau_loss"] - out["final_loss"],
+        early_growth=float(np.interp(50, s, norm) / norm[0]),
+        topical_share=float(np.interp(50, s, topic / norm) / (topic[-1] / norm[-1])),
+    )
+    try:
+        out["growth_rate"] = growth_rate(s, topic, 0.02, 0.3)
+    except ValueError:
+        out["growth_rate"] = math.nan
+    if uniform_loss is not None:
+        out["loss_below_uniform"] = float(uniform_loss) - out["final_loss"]
+    return out
+
+
+#: Stride (steps) of the attention curves that :func:`two_stage_point` returns.
+ATTENTION_CURVE_EVERY = 50
+
+
+def two_stage_point(seed: int, *, attend_to_masked: bool, optimizer: Literal["sgd", "adam"], lr: float,
+                    steps: int, checkpoint: int | None = None, init_scale: float = 0.1, batch_size: int = 128,
+                    probe_every: int = 10, num_topics: int = 5, words_per_topic: int = 4,
+                    topics_per_doc: int = 2, doc_len: int = 20) -> dict[str, Any]:
+    """One joint-training run of chapter 6 as numbers, for stored multi-seed results.
+
+    :func:`train_joint` on ``Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
+    attend_to_masked=...)`` for ``steps`` steps; returns :func:`joint_metrics` of the run as it
+    stood at ``checkpoint`` (default ``steps``; with ``loss_below_uniform`` against the
+    uniform-attention optimum) and, under names starting ``end_``, the end state of the whole
+    run: attention by relation (``end_self``, ``end_same_word``, ``end_same_topic``,
+    ``end_diff_topic``), ``end_self_over_topic``, ``end_topic_fall``, ``end_copier``, the score
+    contrasts and the ``W^V`` gap; ``curve_<relation>`` are the attention curves every
+    :data:`ATTENTION_CURVE_EVERY` steps.
+    """
+    setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=attend_to_masked)
+    run = train_joint(setting, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
+                      batch_size=batch_size, seed=seed, probe_every=probe_every)
+    uniform_loss = theory.population_loss(run.W_star, *theory.moments(setting))
+    out: dict[str, Any] = joint_metrics(run.truncated(checkpoint or steps), uniform_loss=uniform_loss)
+    if optimizer == "adam":  # Adam skips the exponential phase this rate is read on
+        del out["growth_rate"]
+    att, gap = run.probe("attention"), run.probe("value_gap")
+    peak = float(att[:, 2].max())
+    out.update({f"end_{name}": float(att[-1, i]) for i, name in enumerate(("self", "same_word", "same_topic",
+                                                                           "diff_topic"))})
+    out.update(end_self_over_topic=float(att[-1, 0] / att[-1, 2]), end_topic_fall=peak - float(att[-1, 2]),
+               end_copier=float(att[-1, 0] / att[-1, 2] > 1.5 and peak - att[-1, 2] > 0.1),
+               end_kq_same_word=float(run.probe("kq_same_word")[-1]),
+               end_kq_same_topic=float(run.probe("kq_same_topic")[-1]),
+               end_gap_rise=float(gap[-1] - gap.min()))
+    keep = np.isin(run.steps, np.arange(0, steps + 1, ATTENTION_CURVE_EVERY))
+    for i, name in enumerate(("self", "same_word", "same_topic", "diff_topic")):
+        out[f"curve_{name}"] = att[keep, i].tolist()
+    return out
