@@ -22,7 +22,7 @@ from .utils import check_matrix, check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
-    "topic_cosines", "normalized_gram",
+    "topic_cosines", "topic_separation", "normalized_gram",
 ]
 
 #: ``(steps, lr)`` per phase of chapter 3, for ``topicmech.train.train(phases=...)`` (Adam, batch 256).
@@ -99,6 +99,28 @@ def topic_cosines(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> Topi
     _, same, diff = relation_masks(np.arange(V) // v)               # distinct same-topic pairs, other topics
     return TopicCosines(*(float(f(cos[m])) if m.any() else math.nan
                           for m, f in ((same, np.min), (same, np.mean), (diff, np.mean), (diff, np.max))))
+
+
+def topic_separation(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> float:
+    """Within-topic spread of the word embeddings relative to the distance between topics.
+
+    Root-mean-square distance from a word embedding to its topic's mean embedding, divided by the
+    root-mean-square distance between the mean embeddings of two different topics, from the Gram
+    matrix ``gram = W_E^T W_E`` alone (``[MASK]`` ignored): 0 exactly when the words of each
+    topic share one embedding. Needs at least two topics that do not all share one mean.
+    """
+    G = check_matrix("gram", gram, square=True)
+    V, v = _check_words(G.shape[0], words_per_topic)
+    T = V // v
+    if T < 2:
+        raise ValueError(f"need at least two topics, got V={V} words of {v} per topic")
+    Gw = G[:V, :V]
+    Gbar = Gw.reshape(T, v, T, v).mean(axis=(1, 3))          # (T, T) inner products of topic means
+    within2 = np.diag(Gw).mean() - np.diag(Gbar).mean()      # mean ||e_w - m_t(w)||^2
+    between2 = 2 * np.diag(Gbar).mean() - 2 * Gbar[~np.eye(T, dtype=bool)].mean()  # ||m_s - m_t||^2
+    if not between2 > 0:
+        raise ValueError("the topics' mean embeddings coincide; the separation is undefined")
+    return float(math.sqrt(max(float(within2), 0.0) / float(between2)))
 
 
 def normalized_gram(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> np.ndarray:

@@ -274,14 +274,24 @@ class TiedBiasOptimum:
     Attributes
     ----------
     M, bias : ndarray, shape (D, D) and (D,)
-        Minimum-norm optimal ``M`` (determined up to ``c 1 1^T``, which the bias absorbs) and
-        ``b = mu_y - M mu_x``.
+        An optimal positive semi-definite ``M`` (determined up to ``c 1 1^T``, which the bias
+        absorbs; the minimum-norm one when it is PSD) and ``b = mu_y - M mu_x``.
     weighted_gap, diag_minus_diff, same_minus_diff : float
-        :func:`weighted_topic_gap` of ``M``; mean same-word and same-topic (distinct words)
-        entries minus the different-topic mean.
-    min_eig_perp, loss : float
-        Smallest eigenvalue of ``M`` on the complement of the all-ones vector (``>= 0``: PSD
-        constraint inactive); population squared loss.
+        :func:`weighted_topic_gap` of ``M`` (the book's ``Delta_M``); mean same-word and
+        same-topic (distinct words) entries minus the different-topic mean.
+    min_eig : float
+        Smallest eigenvalue of ``M`` on all of ``R^D`` (``>= 0`` up to rounding: ``M = E^T E``
+        for some ``E`` with ``d = D``, so the PSD constraint is inactive).
+    min_eig_perp : float
+        Smallest eigenvalue of ``M`` compressed to the complement of the all-ones vector. On
+        its own, ``>= 0`` does not make ``M + c 1 1^T`` PSD for some ``c`` (``> 0`` strictly
+        does); it does when ``M 1 = 0``, as for the minimum-norm stationary point.
+    route : str
+        ``"stationary"`` (the minimum-norm stationary point is PSD), ``"shifted"`` (it is
+        positive definite on the complement of 1 and ``c 1 1^T`` makes it PSD) or
+        ``"numerical"`` (the constraint binds: :func:`tied_embedding_optimum` with ``d = D``).
+    loss : float
+        Population squared loss.
     """
 
     M: np.ndarray
@@ -289,17 +299,22 @@ class TiedBiasOptimum:
     weighted_gap: float
     diag_minus_diff: float
     same_minus_diff: float
+    min_eig: float
     min_eig_perp: float
+    route: str
     loss: float
 
 
 def tied_bias_optimum(setting: Setting) -> TiedBiasOptimum:
     """Exact optimum of ``f = W_E^T W_E xbar + b`` (uniform attention, ``W_V = I``, ``d = D``; ``T, v >= 2``).
 
-    From :func:`moments` of ``setting`` (``doc_len`` may be ``math.inf``): ``mu_x = Sigma 1``, ``mu_y = C 1``; ``M`` minimises
-    ``tr(M S_c M) - 2 tr(M C_c^T)`` with ``S_c = Sigma - mu_x mu_x^T``, ``C_c = C - mu_y mu_x^T``.
-    The minimum-norm solution of ``M S_c + S_c M = C_c + C_c^T`` solves it when PSD on the
-    complement of the all-ones vector; otherwise :func:`tied_embedding_optimum` with ``d = D`` is used.
+    From :func:`moments` of ``setting`` (``doc_len`` may be ``math.inf``): ``mu_x = Sigma 1``,
+    ``mu_y = C 1``; ``M`` minimises ``tr(M S_c M) - 2 tr(M C_c^T)`` with
+    ``S_c = Sigma - mu_x mu_x^T``, ``C_c = C - mu_y mu_x^T`` over PSD matrices. The minimum-norm
+    solution ``M_0`` of ``M S_c + S_c M = C_c + C_c^T`` has ``M_0 1 = 0`` (``S_c 1 = C_c 1 =
+    C_c^T 1 = 0``); it is the answer when PSD. Otherwise, when ``M_0`` is positive definite on
+    the complement of 1, ``M_0 + c 1 1^T`` (same loss) is PSD for large ``c`` (Schur
+    complement); otherwise :func:`tied_embedding_optimum` with ``d = D`` solves the problem.
     """
     s = check_setting(setting)
     T, v = s.T, s.v
@@ -312,15 +327,29 @@ def tied_bias_optimum(setting: Setting) -> TiedBiasOptimum:
     Sc, Cc = S - np.outer(mu_x, mu_x), C - np.outer(mu_y, mu_x)
     M = symmetric_optimum(Sc, Cc)                                   # (D, D), min-norm
     M = 0.5 * (M + M.T)
+    tol = 1e-9 * max(1.0, float(np.abs(M).max()))
     Q = np.linalg.qr(np.column_stack([one, np.eye(D)[:, :-1]]))[0][:, 1:]  # (D, D-1), basis of 1-perp
-    min_eig = float(np.linalg.eigvalsh(Q.T @ M @ Q).min())
-    if min_eig < -1e-9 * max(1.0, float(np.abs(M).max())):  # the PSD constraint binds: solve the convex problem
+
+    def eigs(A: np.ndarray) -> tuple[float, float]:
+        return float(np.linalg.eigvalsh(A).min()), float(np.linalg.eigvalsh(Q.T @ A @ Q).min())
+
+    min_eig, min_eig_perp = eigs(M)
+    route = "stationary"
+    if min_eig < -tol and min_eig_perp > tol:   # Schur complement: M + c 1 1^T is PSD for large c
+        u = one / math.sqrt(D)
+        K, k = Q.T @ M @ Q, Q.T @ M @ u
+        c = max(0.0, float(k @ np.linalg.solve(K, k)) - float(u @ M @ u)) / D
+        M = M + (c * (1.0 + 1e-9) + tol) * np.outer(one, one)
+        min_eig, min_eig_perp = eigs(M)
+        route = "shifted"
+    if min_eig < -tol:                          # the PSD constraint binds: solve the convex problem
         _, M = tied_embedding_optimum(Sc, Cc, D, restarts=1)
-        min_eig = float(np.linalg.eigvalsh(Q.T @ M @ Q).min())
+        min_eig, min_eig_perp = eigs(M)
+        route = "numerical"
     b = orbit_means(M, T, v)
     return TiedBiasOptimum(
         M=M, bias=mu_y - M @ mu_x, weighted_gap=weighted_topic_gap(M, T, v),
         diag_minus_diff=b.diag - b.diff_topic, same_minus_diff=b.same_topic - b.diff_topic,
-        min_eig_perp=min_eig, loss=float(np.sum((M @ Sc) * M) - 2.0 * np.sum(M * Cc) + 1.0 - mu_y @ mu_y),
+        min_eig=min_eig, min_eig_perp=min_eig_perp, route=route,
+        loss=float(np.sum((M @ Sc) * M) - 2.0 * np.sum(M * Cc) + 1.0 - mu_y @ mu_y),
     )
-
