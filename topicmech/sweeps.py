@@ -25,7 +25,8 @@ from .utils import as_float64, check_choice, check_positive_int
 
 __all__ = [
     "stage1_point", "STAGE1_SEED_OFFSETS", "embedding_cosine_contrast", "head_attention", "compensation_run", "deep_run",
-    "value_blocks_along", "stage2_drive_point",
+    "value_blocks_along", "stage2_drive_point", "compensation_metrics", "compensation_seed", "deep_metrics",
+    "deep_seed",
     "HANDICAPS", "ADAM_LR", "SWEEP_PARAMETERS",
 ]
 
@@ -352,3 +353,56 @@ def stage2_drive_point(seed: int, *, setting: Setting, num_docs: int | None = No
     G = theory.key_query_gradient(W, s, num_docs, seed=seed)                       # (D, D)
     topic = np.arange(s.num_topics * s.words_per_topic) // s.words_per_topic
     return {"mc_drive": float(topic_growth_eigenvalue(G, topic)), "exact_drive": theory.stage2_drive(s)}
+
+
+# ---- per-seed summaries for stored multi-seed results (topicmech.results.store) ----
+
+def compensation_metrics(runs: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One seed's :func:`compensation_run` outputs, by handicap (all of :data:`HANDICAPS`), as flat
+    numbers: ``"<handicap>_<key>"`` for ``emb_contrast``, ``attn_ratio``, ``value_topic_gap`` and
+    ``final_loss``, plus ``"attn_boost"`` (attention ratio with one-hot embeddings over that with
+    both learned) and ``"emb_drop"`` (embedding contrast with both learned minus that with uniform
+    attention)."""
+    missing = [h for h in HANDICAPS if h not in runs]
+    if missing:
+        raise ValueError(f"runs must hold every handicap {HANDICAPS}, missing {missing}")
+    out = {f"{h}_{k}": float(runs[h][k]) for h in HANDICAPS
+           for k in ("emb_contrast", "attn_ratio", "value_topic_gap", "final_loss")}
+    out["attn_boost"] = out["embedding_attn_ratio"] / out["none_attn_ratio"]
+    out["emb_drop"] = out["none_emb_contrast"] - out["attention_emb_contrast"]
+    return out
+
+
+def compensation_seed(seed: int, *, num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
+                      attend_to_masked: bool, steps: int, lr: float) -> dict[str, float]:
+    """:func:`compensation_run` for every handicap on one seed, summarised by
+    :func:`compensation_metrics` (Adam, squared loss; arguments are plain numbers so that
+    :func:`topicmech.results.store` can record them)."""
+    setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=attend_to_masked)
+    return compensation_metrics({h: compensation_run(seed, setting=setting, handicap=h, steps=steps, lr=lr)
+                                 for h in HANDICAPS})
+
+
+def deep_metrics(run: dict[str, Any]) -> dict[str, float]:
+    """One :func:`deep_run` output as flat numbers: ``"emb_contrast"``, ``"final_loss"``, and of
+    the attention ratios (same over different topic) of the first layer ``"l1_best"`` (its most
+    topical head), ``"l1_gmean"`` (geometric mean over its heads), ``"l1_min"``, ``"l1_all_above"``
+    and ``"l1_all_below"`` (1 if every first-layer head is above, or below, uniform, else 0), and of
+    the last layer ``"last_min"``, ``"last_max"``."""
+    ratio = np.asarray(run["attn_ratio"], dtype=float)                             # (L, H)
+    first, last = ratio[0], ratio[-1]
+    return {"emb_contrast": float(run["emb_contrast"]), "final_loss": float(run["final_loss"]),
+            "l1_best": float(first.max()), "l1_gmean": float(np.exp(np.log(first).mean())),
+            "l1_min": float(first.min()), "l1_all_above": int(np.all(first > 1)),
+            "l1_all_below": int(np.all(first < 1)), "last_min": float(last.min()), "last_max": float(last.max())}
+
+
+def deep_seed(seed: int, *, num_topics: int, words_per_topic: int, topics_per_doc: int, doc_len: int,
+              attend_to_masked: bool, steps: int, lr: float, loss: LossKind = "squared", num_layers: int = 2,
+              num_heads: int = 2, d_model: int = 16) -> dict[str, float]:
+    """:func:`deep_run` on one seed (Adam, attention read on the default 128 clean held-out
+    documents), summarised by :func:`deep_metrics`; plain-number arguments as in
+    :func:`compensation_seed`."""
+    setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=attend_to_masked)
+    return deep_metrics(deep_run(seed, setting=setting, steps=steps, lr=lr, loss=loss, num_layers=num_layers,
+                                 num_heads=num_heads, d_model=d_model))

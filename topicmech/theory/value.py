@@ -28,7 +28,7 @@ __all__ = [
     "block_matrix", "orbit_means", "orbit_deviation", "diag_excess", "topic_eigenvalue_hidden",
     "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr", "topic_eigenvalue",
     "check_setting", "optimum_from_moments",
-    "sigma_extremes", "RCOND",
+    "sigma_extremes", "RCOND", "centred_moments", "optimal_value_with_bias", "fixed_selection_moments",
 ]
 
 #: Relative threshold below which an eigenvalue of ``Sigma`` counts as zero (pseudo-inverse).
@@ -470,3 +470,97 @@ def stage1_sgd_lr(lambda_max: float, *, loss: str, l2: float = 0.0) -> float:
         raise ValueError(f"loss must be 'squared' or 'cross_entropy', got {loss!r}")
     scale = 4.0 if loss == "cross_entropy" else 1.0
     return SAFE_FRACTION * scale / ((lam + l2) + (scale - 1.0) * l2)
+
+
+# ---- the authors' logit bias and their constant proportion of selected positions ----------------
+def centred_moments(setting: Setting) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Centred moments ``Sigma_c = Sigma - mu_x mu_x^T`` and ``C_c = C - mu_y mu_x^T``, with the means
+    ``mu_x = E[xbar]`` and ``mu_y = E[y]``, for the model with a free logit bias ``b_pred``.
+
+    The attention weights sum to 1 and so do the entries of ``xbar`` (``1^T xbar = 1``), so
+    ``mu_x = Sigma 1`` and ``mu_y = C 1`` exactly, and ``Sigma_c 1 = 0``. ``setting`` as in
+    :func:`moments` (with hidden keys the [MASK] rows and columns stay 0).
+
+    Returns
+    -------
+    Sigma_c, C_c : ndarray, shape (D, D)
+    mu_x, mu_y : ndarray, shape (D,)
+    """
+    Sigma, C = _dense_moments(check_setting(setting))
+    ones = np.ones(Sigma.shape[0])
+    mu_x, mu_y = Sigma @ ones, C @ ones
+    return Sigma - np.outer(mu_x, mu_x), C - np.outer(mu_y, mu_x), mu_x, mu_y
+
+
+def optimal_value_with_bias(setting: Setting, l2: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Stage-1 optimum ``(W, b)`` of ``f = W xbar + b_pred`` (uniform attention, squared loss, ridge
+    ``l2 ||W||_F^2`` on ``W`` only, ``b_pred`` free): ``W = C_c (Sigma_c + l2 I)^+``, ``b = mu_y - W mu_x``
+    (:func:`centred_moments`; with ``l2 = 0`` the minimum-norm ``W``, which has zero row sums).
+
+    Because ``1^T xbar = 1``, the bias adds no predictor: ``W + b 1^T`` is :func:`optimal_value_matrix`
+    when ``l2 = 0`` and ``Sigma`` is invertible on the attended tokens.
+
+    Returns
+    -------
+    W : ndarray, shape (D, D)
+        With hidden keys the [MASK] row and column are 0.
+    b : ndarray, shape (D,)
+        The logit bias (0 on the [MASK] row).
+    """
+    p = check_setting(setting)
+    lam = check_float("l2", l2, positive=False)
+    Sigma_c, C_c, mu_x, mu_y = centred_moments(p)
+    k = p.D if p.attend_to_masked else p.V
+    W = np.zeros_like(Sigma_c)
+    S = Sigma_c[:k, :k] + lam * np.eye(k)
+    W[:k, :k] = C_c[:k, :k] @ np.linalg.pinv(0.5 * (S + S.T), rcond=1e-10, hermitian=True)
+    return W, mu_y - W @ mu_x
+
+
+def fixed_selection_moments(setting: Setting, num_selected: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`moments` when every document has exactly ``num_selected`` selected positions (the
+    authors' "constant proportion" ``p_m = num_selected / N``) instead of each position being
+    selected independently with probability ``p_m``.
+
+    The selected position's own token and the corruption are as in :func:`moments`; only the joint
+    law of the other positions changes (``num_selected - 1`` of the other ``N - 1`` are selected).
+    ``setting.masking.mask_prob`` is not used. Needs a finite ``N`` and ``1 <= num_selected < N``.
+    """
+    p = check_setting(setting)
+    if math.isinf(p.N):
+        raise ValueError("fixed_selection_moments needs a finite doc_len (as N -> inf the selection rules agree)")
+    N = int(p.N)
+    m = check_positive_int("num_selected", num_selected)
+    if m >= N:
+        raise ValueError(f"num_selected must be < doc_len={N}, got {num_selected!r}")
+    V, D = p.V, p.D
+    topic = np.arange(V) // p.v
+    u, e = np.append(np.full(V, 1.0 / V), 0.0), np.eye(D)[V]
+    Iw, B, J = np.zeros((3, D, D))
+    Iw[:V, :V] = np.eye(V)
+    B[:V, :V] = topic[:, None] == topic[None, :]
+    J[:V, :V] = 1.0
+    kB, kJ = _qq_coefficients(p)
+    Q, uu, ue, eu, ee = kB * B + kJ * J, np.outer(u, u), np.outer(u, e), np.outer(e, u), np.outer(e, e)
+    if not p.attend_to_masked:                                   # N - m visible keys, exactly
+        kap = 1.0 / (N - m)
+        return kap / V * Iw + (1.0 - kap) * Q, Q
+
+    def outer(x: tuple[float, ...], y: tuple[float, ...]) -> np.ndarray:
+        return (x[0] * y[0] * Q + (x[0] * y[1] + x[1] * y[0] + x[1] * y[1]) * uu
+                + (x[0] + x[1]) * y[2] * ue + x[2] * (y[0] + y[1]) * eu + x[2] * y[2] * ee)
+
+    def diag(x: tuple[float, ...]) -> np.ndarray:
+        return (x[0] + x[1]) / V * Iw + x[2] * ee
+
+    c, o = (p.p_c, p.p_r, p.p_M), (1.0, 0.0, 0.0)                # selected / unselected token laws
+    a = (m - 1) / (N - 1)                                        # another position is selected
+    d = tuple(a * ci + (1 - a) * oi for ci, oi in zip(c, o))
+    pair = 0.0 * Iw
+    if N > 2:                                                    # two other positions, jointly
+        n2 = (N - 1) * (N - 2)
+        pss, pso, poo = (m - 1) * (m - 2) / n2, (m - 1) * (N - m) / n2, (N - m) * (N - m - 1) / n2
+        pair = pss * outer(c, c) + pso * (outer(c, o) + outer(o, c)) + poo * outer(o, o)
+    Sigma = (diag(c) + (N - 1) * (outer(c, d) + outer(d, c)) + (N - 1) * diag(d) + (N - 1) * (N - 2) * pair) / N**2
+    C = (p.p_c / V * Iw + p.p_r * uu + p.p_M * ue + (N - 1) * outer((1.0, 0.0, 0.0), d)) / N
+    return Sigma, C
