@@ -108,7 +108,9 @@ def _moments_from(p: Setting, Iw: Any, Q: Any, uu: Any, ue: Any, eu: Any, ee: An
     return Sigma, C
 
 
-def _dense_moments(p: Setting) -> tuple[np.ndarray, np.ndarray]:
+def _dense_blocks(p: Setting) -> tuple[np.ndarray, ...]:
+    """The dense D x D building blocks of the moments: the word identity, the two-position
+    co-occurrence Q, and the outer products of the uniform word vector u and [MASK]'s e."""
     V, D = p.V, p.D
     topic = np.arange(V) // p.v
     u, e = np.append(np.full(V, 1.0 / V), 0.0), np.eye(D)[V]
@@ -117,7 +119,11 @@ def _dense_moments(p: Setting) -> tuple[np.ndarray, np.ndarray]:
     B[:V, :V] = topic[:, None] == topic[None, :]
     J[:V, :V] = 1.0
     kB, kJ = _qq_coefficients(p)
-    return _moments_from(p, Iw, kB * B + kJ * J, np.outer(u, u), np.outer(u, e), np.outer(e, u), np.outer(e, e))
+    return Iw, kB * B + kJ * J, np.outer(u, u), np.outer(u, e), np.outer(e, u), np.outer(e, e)
+
+
+def _dense_moments(p: Setting) -> tuple[np.ndarray, np.ndarray]:
+    return _moments_from(p, *_dense_blocks(p))
 
 
 def moments(setting: Setting) -> tuple[np.ndarray, np.ndarray]:
@@ -533,15 +539,8 @@ def fixed_selection_moments(setting: Setting, num_selected: int) -> tuple[np.nda
     m = check_positive_int("num_selected", num_selected)
     if m >= N:
         raise ValueError(f"num_selected must be < doc_len={N}, got {num_selected!r}")
-    V, D = p.V, p.D
-    topic = np.arange(V) // p.v
-    u, e = np.append(np.full(V, 1.0 / V), 0.0), np.eye(D)[V]
-    Iw, B, J = np.zeros((3, D, D))
-    Iw[:V, :V] = np.eye(V)
-    B[:V, :V] = topic[:, None] == topic[None, :]
-    J[:V, :V] = 1.0
-    kB, kJ = _qq_coefficients(p)
-    Q, uu, ue, eu, ee = kB * B + kJ * J, np.outer(u, u), np.outer(u, e), np.outer(e, u), np.outer(e, e)
+    V = p.V
+    Iw, Q, uu, ue, eu, ee = _dense_blocks(p)
     if not p.attend_to_masked:                                   # N - m visible keys, exactly
         kap = 1.0 / (N - m)
         return kap / V * Iw + (1.0 - kap) * Q, Q
