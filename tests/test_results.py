@@ -36,6 +36,17 @@ def test_store_load_rerun_round_trip(tmp_path):
         stored.values("missing")
 
 
+def test_rerun_under_a_seed_offset_checks_the_stored_range(tmp_path, monkeypatch):
+    results.store("toy", toy_metric, range(10), command="pytest", n_jobs=1, directory=tmp_path)
+    stored = results.load("toy", directory=tmp_path)          # value = seed + 1: stored range [1, 10]
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "3000")
+    stored.check_rerun([{"seed": 0, "value": 18.5, "even": True, "curve": [0, 0]}])   # 10 + 9 widening
+    with pytest.raises(AssertionError, match="outside the stored range"):
+        stored.check_rerun([{"seed": 0, "value": 19.5}])
+    with pytest.raises(AssertionError, match="fresh seed"):
+        stored.check_rerun([{"seed": 0, "even": "maybe"}])
+
+
 def test_bad_inputs_name_the_value(tmp_path):
     with pytest.raises(ValueError, match="plain file stem"):
         results.store("a/b", toy_metric, [0], command="x", directory=tmp_path)
