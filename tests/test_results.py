@@ -40,9 +40,11 @@ def test_rerun_under_a_seed_offset_checks_the_stored_range(tmp_path, monkeypatch
     results.store("toy", toy_metric, range(10), command="pytest", n_jobs=1, directory=tmp_path)
     stored = results.load("toy", directory=tmp_path)          # value = seed + 1: stored range [1, 10]
     monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "3000")
-    stored.check_rerun([{"seed": 0, "value": 18.5, "even": True, "curve": [0, 0]}])   # 10 + 9 widening
+    stored.check_rerun([{"seed": 0, "value": 27.5, "even": True, "curve": [99, 0]}])   # 10 + 2 * 9
+    with pytest.raises(AssertionError, match="curve"):                 # a curve: its last value
+        stored.check_rerun([{"seed": 0, "curve": [0, 55]}])
     with pytest.raises(AssertionError, match="outside the stored range"):
-        stored.check_rerun([{"seed": 0, "value": 19.5}])
+        stored.check_rerun([{"seed": 0, "value": 28.5}])
     with pytest.raises(AssertionError, match="fresh seed"):
         stored.check_rerun([{"seed": 0, "even": "maybe"}])
 

@@ -201,10 +201,11 @@ class StoredResult:
 
         At seed offset 0 the rerun used the stored seeds, so each metric must equal the stored value
         of its seed to ``rtol``/``atol``. Under ``TOPICMECH_SEED_OFFSET`` the rerun drew fresh seeds,
-        so each number must instead lie in the stored range widened by its own width on each side,
-        ``[min - w, max + w]`` with ``w = max - min`` (at least ``atol``): with ten stored seeds
-        that range spans several standard deviations around the mean. Strings and bools must agree
-        with some stored seed.
+        so each number must instead lie in the stored range widened by twice its width on each side,
+        ``[min - 2w, max + 2w]`` with ``w = max - min`` (at least ``atol``). A fresh seed can also
+        draw fresh data (a new corpus, new held-out documents), which the stored seeds may share,
+        so the range is wide: the check catches a changed computation, not a one-seed fluctuation. A list (a curve) is compared
+        by its last value; strings and bools must agree with some stored seed.
         """
         if seed_offset() != 0:
             self._check_in_range(rows, atol)
@@ -234,12 +235,14 @@ class StoredResult:
                         raise AssertionError(f"{self.name}: {key} = {value!r} on a fresh seed, stored only {stored!r}")
                     continue
                 x = np.asarray(stored, dtype=float)
-                lo, hi = x.min(axis=0), x.max(axis=0)
-                width = np.maximum(hi - lo, atol)
                 v = np.asarray(value, dtype=float)
-                if not bool(np.all((v >= lo - width) & (v <= hi + width))):
+                if v.ndim:  # a curve: a fresh seed wanders point by point, so its end is compared
+                    x, v = x[:, -1], v[-1]
+                lo, hi = x.min(), x.max()
+                width = 2 * max(hi - lo, atol)
+                if not lo - width <= v <= hi + width:
                     raise AssertionError(f"{self.name}: {key} = {value!r} on a fresh seed lies outside the stored "
-                                         f"range [{lo!r}, {hi!r}] widened by its width")
+                                         f"range [{lo!r}, {hi!r}] widened by twice its width")
 
 
 def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] | int, *, command: str,
