@@ -228,14 +228,16 @@ def test_header_launch_buttons_open_notebooks(browser) -> None:
     b, base = browser
     page = HTML / CLICKED_CHAPTER
     assert page.exists(), f"{CLICKED_CHAPTER} is not in the built book"
-    ctx = b.new_context()
-    # Nothing may leave the machine: the launcher's address is recorded, then aborted.
-    ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
-    tab = ctx.new_page()
-    tab.goto(f"{base}/{CLICKED_CHAPTER}", wait_until="load")
-    menu = tab.locator("button[aria-label='Launch interactive content']")
-    assert menu.count() == 1, "no launch-buttons menu in the page header"
+    # One fresh context per launcher: a request left over from the previous click (a
+    # retried, aborted load of Colab, say) cannot then be mistaken for the next one.
     for name in LAUNCHERS.values():
+        ctx = b.new_context()
+        # Nothing may leave the machine: the launcher's address is recorded, then aborted.
+        ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+        tab = ctx.new_page()
+        tab.goto(f"{base}/{CLICKED_CHAPTER}", wait_until="load")
+        menu = tab.locator("button[aria-label='Launch interactive content']")
+        assert menu.count() == 1, "no launch-buttons menu in the page header"
         menu.click()
         button = tab.locator(".dropdown-menu a.dropdown-item", has_text=name)
         assert button.count() == 1, f"no {name} launch button in the header"
@@ -245,6 +247,4 @@ def test_header_launch_buttons_open_notebooks(browser) -> None:
         opened = request.value.url
         assert LAUNCHERS[urlparse(opened).netloc] == name, f"{name} opened {opened}"
         assert launch_target(opened) == "notebooks/01_topic_models.ipynb", opened
-        for other in ctx.pages[1:]:
-            other.close()
-    ctx.close()
+        ctx.close()
