@@ -105,14 +105,17 @@ def relative_errors(learned: Any, target: Any, attend_to_masked: bool) -> dict[s
     """Errors of learned orbit means on the scale of each exact quantity.
 
     ``learned`` and ``target`` carry ``diag``, ``same_topic``, ``diff_topic`` and ``mask_col``
-    (alpha, beta, gamma, mu; e.g. :class:`topicmech.theory.ValueBlocks`). Returns ``"boost"``, the
-    error of ``alpha - beta`` relative to ``alpha* - beta*`` (with hidden keys, where
-    ``alpha* = beta*``, relative to ``beta* - gamma*``); ``"topic"``, ``(beta - gamma) / (beta* - gamma*) - 1``;
-    ``"diff_topic"``, the error of gamma relative to ``|gamma*|``; ``"mask_col"``, the error of mu
-    relative to ``mu*`` (with hidden keys, mu itself).
+    (the entries w_diag, w_same, w_diff and the ``[MASK]`` column mu of the notation page; e.g.
+    :class:`topicmech.theory.ValueBlocks`), a star marking the target's. Returns ``"boost"``,
+    the error of ``w_diag - w_same`` relative to ``w*_diag - w*_same`` (with hidden keys, where
+    ``w*_diag = w*_same``, relative to ``w*_same - w*_diff``); ``"topic"``,
+    ``(w_same - w_diff) / (w*_same - w*_diff) - 1``; ``"diff_topic"``, the error of w_diff
+    relative to ``|w*_diff|``; ``"mask_col"``, the error of mu relative to ``mu*`` (with hidden
+    keys, mu itself).
     """
-    topic = target.same_topic - target.diff_topic                             # beta* - gamma*
-    boost_scale = target.diag - target.same_topic if attend_to_masked else topic   # hidden keys: alpha* = beta*
+    topic = target.same_topic - target.diff_topic                    # w*_same - w*_diff
+    # hidden keys: w*_diag = w*_same, so the boost is measured on the topic scale
+    boost_scale = target.diag - target.same_topic if attend_to_masked else topic
     return {
         "boost": ((learned.diag - learned.same_topic) - (target.diag - target.same_topic)) / boost_scale,
         "topic": (learned.same_topic - learned.diff_topic) / topic - 1,
