@@ -228,6 +228,57 @@ def test_cross_entropy_ignores_column_shifts(topic_model):
             assert abs(losses[1][1] - losses[0][1]) > 0.1
 
 
+def test_largest_eigenvalue_and_step_cap():
+    """Chapter 4: sigma_max of Sigma is about 0.026 (0.0257 at N = 64); 1/sigma_max ~ 39 is the step cap."""
+    for n, expected in ((64, 0.025653), (128, 0.023843)):
+        ev = np.linalg.eigvalsh(theory.moments(SETTING.replace(doc_len=n))[0])
+        assert abs(ev[-1] - expected) < 1e-5, (n, ev[-1])
+        assert 33 < 1 / ev[-1] < 50
+
+
+@pytest.mark.parametrize("si", CONVENTIONS)
+def test_constant_proportion_selection(si):
+    """sec-vm-selection: fixed-count selection keeps the block form, moves the gap by O(1/N) and, with
+    visible keys, has the same-word boost p_c / (1 - p_m p_[M]) at every N."""
+    from topicmech.theory import value as tv
+
+    rel = []
+    boost_inf = theory.diag_excess(SETTING.replace(doc_len=math.inf))
+    for n in (20, 100, 1000, 4000):
+        params = SETTING.replace(doc_len=n, attend_to_masked=si)
+        W = tv.optimum_from_moments(*tv.fixed_selection_moments(params, round(0.15 * n)),
+                                    attend_to_masked=si, l2=0.0)
+        assert theory.orbit_deviation(W, T, V_PER) < 1e-10
+        b = theory.orbit_means(W, T, V_PER)
+        assert b.same_topic - b.diff_topic > 0.05
+        gap = (b.diag + (V_PER - 1) * b.same_topic) / V_PER - b.diff_topic
+        rel.append(abs(gap / theory.weighted_block_gap(params) - 1))
+        assert abs(b.diag - b.same_topic - (boost_inf if si else 0.0)) < 1e-9
+    assert all(x > y for x, y in zip(rel, rel[1:])) and rel[0] < 0.05 and rel[-1] < 1e-3, rel
+
+
+def test_tied_bias_optimum_spectrum():
+    """appendix_embeddings Step 9: M_0 1 = 0, M_0 PSD, spectrum on 1-perp = {0, lambda_t, lambda_w}."""
+    for T9, v9, tau9, pm, pc, pr in [(5, 4, 2, 0.15, 0.1, 0.1), (4, 5, 3, 0.3, 0.0, 0.2), (3, 3, 1, 0.5, 0.5, 0.2)]:
+        for si in CONVENTIONS:
+            setting = tm.Setting(T9, v9, tau9, 30, masking=tm.Masking(pm, pc, pr), attend_to_masked=si)
+            opt = theory.tied_bias_optimum(setting)
+            S, C = theory.moments(setting)
+            D9 = S.shape[0]
+            one = np.ones(D9)
+            assert opt.route == "stationary" and np.abs(opt.M @ one).max() < 1e-12
+            assert opt.min_eig > -1e-12
+            Q = np.linalg.qr(np.column_stack([one, np.eye(D9)[:, :-1]]))[0][:, 1:]
+            blk = theory.tied_embedding_blocks(S, C, T9, v9, T9)
+            pred = np.sort([0.0] + [blk.lam_topic] * (T9 - 1) + [blk.lam_within] * (T9 * (v9 - 1)))
+            assert np.abs(np.linalg.eigvalsh(Q.T @ opt.M @ Q) - pred).max() < 1e-9
+            assert blk.lam_topic > 0.02
+            if si and pc > 0:
+                assert blk.lam_within > 0.02
+            else:
+                assert abs(blk.lam_within) < 1e-12
+
+
 # ---- sampled claims (ten seeds) -------------------------------------------------------
 
 
@@ -242,6 +293,33 @@ def test_least_squares_fit_on_a_sample(seed, topic_model, exact):
 
 
 # ---- trained claims (ten seeds, both conventions) -----------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_document_level_standard_error(seed):
+    """appendix_embeddings Step 1: with documents as the unit the standard error of the sampled loss is
+    about 1.35 times the naive one, and the formula lies within four document-level errors."""
+    T5, v5, tau5, N5 = 5, 4, 2, 20
+    setting = tm.Setting(T5, v5, tau5, N5, attend_to_masked=True)
+    Sigma, C = theory.moments(setting)
+    D5 = Sigma.shape[0]
+    W = 0.3 * tm.utils.numpy_rng(seed).normal(size=(D5, D5))
+    docs = tm.SimplifiedTopicModel(T5, v5, tau5).sample(20_000, N5, seed=seed + 1)
+    inputs, selected = tm.bert_mask(docs, T5 * v5, seed=seed + 2)
+    model = tm.OneLayerTransformer(D5, embedding="one_hot", attention="uniform", value="learned",
+                                   head="identity", attend_to_masked=True)
+    with torch.no_grad():
+        model.W_V.copy_(torch.from_numpy(W).float())
+        f = model(inputs, selected)[selected].double()
+    y = docs[selected]
+    per = (f.pow(2).sum(1) - 2 * f.gather(1, y[:, None]).squeeze(1) + 1).numpy()
+    doc_of = selected.nonzero()[:, 0].numpy()
+    mc = per.mean()
+    resid = np.bincount(doc_of, weights=per, minlength=20_000) - mc * np.bincount(doc_of, minlength=20_000)
+    se = math.sqrt(20_000 / 19_999 * (resid ** 2).sum()) / per.size
+    ratio = se / (per.std() / math.sqrt(per.size))
+    assert abs(mc - theory.population_loss(W, Sigma, C)) < 4 * se
+    assert 1.1 < ratio < 1.7, ratio
 
 
 @pytest.mark.slow
