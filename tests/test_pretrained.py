@@ -225,6 +225,19 @@ def test_relation_masks_for_words():
     assert not far["same_topic"][0, 1] and far["same_topic"][1, 0] is np.False_ and far["same_word"][0, 2]
 
 
+
+def test_classify_pairs_partitions_the_pairs():
+    # words a, b, a of one topic and c of another; every pair of the passage lands in exactly one relation
+    same_word = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]], dtype=bool)
+    same_topic = np.array([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 1]], dtype=bool)
+    m = tw.classify_pairs(same_word, same_topic, np.ones((4, 4), dtype=bool))
+    assert sum(mm.astype(int) for mm in m.values()).tolist() == np.ones((4, 4), dtype=int).tolist()
+    assert m["same_word"].tolist() == (same_word & ~np.eye(4, dtype=bool)).tolist()
+    assert m["same_topic"].sum() == 4 and m["diff_topic"].sum() == 6
+    near = np.eye(4, dtype=bool)                         # every pair too close, except the diagonal
+    assert not any(tw.classify_pairs(same_word, same_topic, near)[k].any()
+                   for k in ("same_word", "same_topic", "diff_topic"))
+
 def test_attention_stats_from_sums_known_answer():
     # two documents, 1 layer x 2 heads; relations: self, same_word, same_topic, diff_topic
     sums = np.zeros((2, 4, 1, 2))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 __all__ = ["RELATIONS", "shares_topic", "PairStats", "EmbeddingStats", "embedding_pair_stats", "embedding_ratios",
-           "relation_masks_for_words", "AttentionStats", "attention_stats_from_sums"]
+           "relation_masks_for_words", "classify_pairs", "AttentionStats", "attention_stats_from_sums"]
 
 RELATIONS = ("self", "same_word", "same_topic", "diff_topic")
 
@@ -179,21 +179,31 @@ def embedding_ratios(vectors: np.ndarray | torch.Tensor, membership: np.ndarray)
 def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, min_distance: int = 0) -> dict[str, np.ndarray]:
     """Masks ``(W, W)`` of the pairs ``(query, key)`` of words of one passage that both have a topic, by relation:
     ``self`` (the same position), ``same_word`` (another position of the same word), ``same_topic`` (different
-    words whose topic sets intersect) and ``diff_topic``; the last three without pairs under ``min_distance`` apart."""
+    words whose topic sets intersect) and ``diff_topic``; the last three without pairs under ``min_distance`` apart
+    (the classification itself is :func:`classify_pairs`)."""
     if isinstance(min_distance, bool) or not isinstance(min_distance, (int, np.integer)) or min_distance < 0:
         raise ValueError(f"min_distance must be a non-negative int, got {min_distance!r}")
-    W = len(words)
     M = word_topics.membership(words)                                  # (W, T)
-    has = M.any(axis=1)
-    both = has[:, None] & has[None, :]
+    has = M.any(axis=1)                                                # (W,) words with a topic
     arr = np.asarray(words, dtype=object)
-    same_str = arr[:, None] == arr[None, :]
-    eye = np.eye(W, dtype=bool)
-    share = shares_topic(M)
-    pos = np.arange(W)
-    far = np.abs(pos[:, None] - pos[None, :]) >= min_distance
-    return {"self": both & eye, "same_word": both & same_str & ~eye & far,
-            "same_topic": both & share & ~same_str & far, "diff_topic": both & ~share & far}
+    pos = np.arange(len(words))
+    masks = classify_pairs(same_word=arr[:, None] == arr[None, :], same_topic=shares_topic(M),
+                           far=np.abs(pos[:, None] - pos[None, :]) >= min_distance)
+    both = has[:, None] & has[None, :]
+    return {name: both & mask for name, mask in masks.items()}
+
+
+def classify_pairs(same_word: np.ndarray, same_topic: np.ndarray, far: np.ndarray) -> dict[str, np.ndarray]:
+    """The four relations of the pairs ``(query i, key j)`` of one passage, from ``(W, W)`` boolean matrices:
+    ``same_word[i, j]`` (the same word), ``same_topic[i, j]`` (their topic sets intersect) and ``far[i, j]``
+    (at least ``min_distance`` apart). The diagonal ``i = j`` is the relation ``self``."""
+    itself = np.eye(len(same_word), dtype=bool)
+    return {
+        "self": itself,
+        "same_word": same_word & ~itself & far,
+        "same_topic": same_topic & ~same_word & far,
+        "diff_topic": ~same_topic & far,
+    }
 
 
 @dataclass(frozen=True)
