@@ -1,7 +1,9 @@
 """Multi-seed checks of the claims of chapters 1 and 2.
 
-Chapter 1 (*Topic models as a sandbox*): the samplers match the exact word, topic and
-co-occurrence statistics within sampling error, in the book's setting and others; the
+Chapter 1 (*Topic models as a sandbox*) and its appendix (*Testing the samplers*): the
+samplers match the exact word, topic and co-occurrence statistics within sampling error, in
+the book's setting and others; the z-score map of the co-occurrence estimate has unit spread
+and block-correlated errors; the
 exact co-occurrence matrix is constant on the three orbits of the symmetry group; LDA
 with alpha* = (tau - 1)/(T - tau) has the simplified model's co-occurrence matrix, yet few
 of its documents have exactly two topics; a polysemous word gives the eight co-occurrence
@@ -127,6 +129,26 @@ def test_orbit_means_of_empirical_cooccurrence(name: str) -> None:
     assert ok, (name, msg)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["simplified book", "LDA book"])
+def test_zscore_map_of_cooccurrence(name: str) -> None:
+    """Fig. 1.2: the z-scores of the estimated co-occurrence entries have unit spread, and
+    their errors come in topic blocks (block means carry well over 20% of the mean squared z,
+    against about 1/v^2 for independent entries)."""
+    model, N, _ = SAMPLER_SETTINGS[name]
+    T, v, V = model.num_topics, model.words_per_topic, model.vocab_size
+    iu = np.triu_indices(V)
+    for seed in SEEDS:
+        est, se = pair_stats(doc_counts(model.sample(20_000, N, seed=3000 + seed), V))
+        z = (est - model.expected_cooccurrence()) / se
+        bound = stats.norm.isf(PER_CHECK / (2 * len(iu[0])))
+        assert np.abs(z[iu]).max() < bound, (name, seed)
+        assert 0.7 < z[iu].std() < 1.4, (name, seed, z[iu].std())
+        blocks = z.reshape(T, v, T, v).mean(axis=(1, 3))
+        share = (np.kron(blocks, np.ones((v, v))) ** 2).mean() / (z**2).mean()
+        assert share > 0.2, (name, seed, share)
+
+
 @pytest.mark.parametrize(
     "model",
     [tm.SimplifiedTopicModel(10, 10, 2), tm.SimplifiedTopicModel(5, 4, 3), tm.SimplifiedTopicModel(3, 2, 1),
@@ -238,6 +260,20 @@ def test_bert_mask_rates(p_m: float, p_c: float, p_r: float, V: int) -> None:
         assert ok, msg
     # the uniformity statistic is only approximately chi2 (non-identical categories): upper tail only
     assert sum(uniform_x2) < stats.chi2.isf(POOLED, len(SEEDS) * (V - 1))
+
+
+@pytest.mark.parametrize("T, v", [(10, 10), (5, 4), (4, 3)])
+@pytest.mark.parametrize("visible", [True, False])
+def test_difference_table_topic_model_and_length_rows(T: int, v: int, visible: bool) -> None:
+    """The difference table: the N -> infinity constant does not depend on tau, and the
+    finite-N gap approaches it like 1/N (distance about halved from N = 64 to N = 125)."""
+    base = tm.Setting(T, v, 2, 64, attend_to_masked=visible)
+    limits = [theory.weighted_block_gap(base.replace(doc_len=math.inf, topics_per_doc=t))
+              for t in range(1, T)]
+    assert np.ptp(limits) < 1e-12, limits
+    dist = [abs(theory.weighted_block_gap(base.replace(doc_len=n)) - limits[0]) for n in (64, 125)]
+    assert 0.4 < dist[1] / dist[0] < 0.6, dist
+    assert abs(theory.lda_effective_topics(T, 0.1) - (0.1 * T + 1) / 1.1) < 1e-12
 
 
 @pytest.mark.slow
