@@ -439,14 +439,26 @@ def stage_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
     """Everything chapter 6 reads off one joint-training run, as numbers and curves.
 
     :func:`joint_metrics` (without ``"growth_rate"`` for an Adam run, which skips the
-    exponential phase it is read on, or when the contrast never gets there) and
+    exponential phase it is read on; for SGD, 0.0 with ``"growth_rate_read"`` 0.0 when the
+    contrast never grows from 0.02 to 0.3, else ``"growth_rate_read"`` is 1.0; when the attention
+    contrast ends at or below its start, as a copier's can, ``"t_A"`` and ``"ratio"`` are read
+    against its peak instead of its final value and ``"t_A_from_peak"`` is 1.0) and
     :func:`weight_timings`; ``"curve_step"`` and ``"curve_W_V"``, ``"curve_W_K"``,
     ``"curve_W_Q"`` (``||W - W_0||_F``) and ``"curve_attn_contrast"`` every
     :data:`CURVE_EVERY` steps.
     """
     out: dict[str, Any] = joint_metrics(run, uniform_loss=uniform_loss)
-    if run.config.get("optimizer") == "adam" or not math.isfinite(out["growth_rate"]):
+    if run.config.get("optimizer") == "adam":
         del out["growth_rate"]
+    else:  # 0.0 (with "growth_rate_read" 0.0) when the contrast never grows from 0.02 to 0.3
+        out["growth_rate_read"] = float(math.isfinite(out["growth_rate"]))
+        out["growth_rate"] = out["growth_rate"] if math.isfinite(out["growth_rate"]) else 0.0
+    # a copier's contrast can end at or below its start: then t_A is read against its peak
+    out["t_A_from_peak"] = float(math.isnan(out["t_A"]))
+    if math.isnan(out["t_A"]):
+        peak_step = stage_times(run.history, reference="max").attention_step
+        out["t_A"] = float(run.steps[-1] if peak_step is None else peak_step)
+        out["ratio"] = math.inf if out["t_V"] == 0 else out["t_A"] / out["t_V"]
     out.update(weight_timings(run))
     keep = run.steps % CURVE_EVERY == 0
     out["curve_step"] = run.steps[keep].astype(float).tolist()
