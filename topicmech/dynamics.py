@@ -132,7 +132,7 @@ def weight_probes(model: nn.Module) -> dict[str, Callable[[nn.Module], float]]:
     """Norms of ``W^V``, ``W^K``, ``W^Q`` and their distances from where they stand now (the start).
 
     ``"W_V_norm"``, ``"W_K_norm"``, ``"W_Q_norm"`` (``||W||_F``) and ``"W_V_move"``,
-    ``"W_K_move"``, ``"W_Q_move"`` (``||W - W_0||_F``, ``W_0`` a copy of ``model``'s matrices
+    ``"W_K_move"``, ``"W_Q_move"`` (``||W - W(0)||_F``, ``W(0)`` a copy of ``model``'s matrices
     taken by this call), as a dict for ``topicmech.train.train(probes=...)``.
     """
     names = ("W_V", "W_K", "W_Q")
@@ -412,7 +412,7 @@ CONVENTIONS: dict[str, bool] = {"theory": True, "code": False}
 def weight_timings(run: JointRun, *, fraction: float = 0.1) -> dict[str, float]:
     """When each of ``W^V``, ``W^K``, ``W^Q`` leaves its start, from the :func:`weight_probes`.
 
-    ``"<W>_leave"`` is the first probed step at which ``||W - W_0||_F`` has covered ``fraction``
+    ``"<W>_leave"`` is the first probed step at which ``||W - W(0)||_F`` has covered ``fraction``
     of its largest value over the run (:func:`topicmech.traces.reaching_step` with
     ``reference="max"``; the last step if it never moves); ``"<W>_norm_start"``,
     ``"<W>_norm_end"`` and ``"<W>_move_end"`` are the norms and the distance at both ends, and
@@ -444,7 +444,7 @@ def stage_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
     contrast ends at or below its start, as a copier's can, ``"t_A"`` and ``"ratio"`` are read
     against its peak instead of its final value and ``"t_A_from_peak"`` is 1.0) and
     :func:`weight_timings`; ``"curve_step"`` and ``"curve_W_V"``, ``"curve_W_K"``,
-    ``"curve_W_Q"`` (``||W - W_0||_F``) and ``"curve_attn_contrast"`` every
+    ``"curve_W_Q"`` (``||W - W(0)||_F``) and ``"curve_attn_contrast"`` every
     :data:`CURVE_EVERY` steps.
     """
     out: dict[str, Any] = joint_metrics(run, uniform_loss=uniform_loss)
