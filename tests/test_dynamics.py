@@ -267,6 +267,42 @@ def test_train_joint_without_closed_form():
         dynamics.run_summary(run)
 
 
+def test_weight_probes_start_at_the_initial_norms_and_zero_distance():
+    model = _model(eps=0.1)
+    probes = dynamics.weight_probes(model)
+    assert set(probes) == {f"{n}_{k}" for n in ("W_V", "W_K", "W_Q") for k in ("norm", "move")}
+    assert probes["W_K_norm"](model) == pytest.approx(float(model.W_K.detach().norm()))
+    assert probes["W_V_move"](model) == 0.0
+    with torch.no_grad():
+        model.W_V.add_(1.0)
+    assert probes["W_V_move"](model) == pytest.approx(D)              # ||ones(D, D)||_F
+    with pytest.raises(ValueError, match="W_V, W_K, W_Q"):
+        dynamics.weight_probes(torch.nn.Linear(2, 2))
+
+
+def test_weight_timings_and_stage_metrics_of_a_short_run():
+    run = dynamics.train_joint(HIDDEN, steps=100, lr=10.0, init_scale=0.1, batch_size=32, probe_every=10,
+                               num_heldout=16)
+    t = dynamics.weight_timings(run)
+    assert t["W_V_leave"] == 10.0                                     # W^V moves in the first steps
+    assert t["W_K_leave"] >= t["W_V_leave"] and t["K_over_V_leave"] == t["W_K_leave"] / t["W_V_leave"]
+    assert t["W_V_norm_start"] == pytest.approx(run.probe("W_V_norm")[0])
+    m = dynamics.stage_metrics(run)
+    assert m["curve_step"] == [0.0, 50.0, 100.0] and len(m["curve_W_K"]) == 3 and m["curve_W_K"][0] == 0.0
+    assert {"t_V", "t_A", "W_Q_leave", "kq_same_word", "copier"} <= set(m)
+    with pytest.raises(ValueError, match="fraction"):
+        dynamics.weight_timings(run, fraction=1.5)
+
+
+def test_two_stage_seed_covers_both_optimisers_and_conventions():
+    out = dynamics.two_stage_seed(0, sgd_steps=60, adam_steps=60, batch_size=16, probe_every=10)
+    assert dynamics.CONVENTIONS == {"theory": True, "code": False}
+    for prefix in ("sgd.theory.", "sgd.code.", "adam.theory.", "adam.code."):
+        assert prefix + "t_V" in out and prefix + "W_K_leave" in out, prefix
+    assert "adam.code.growth_rate" not in out                         # Adam has no exponential phase
+    assert all(math.isfinite(out[p + k]) for p in ("sgd.code.", "adam.theory.") for k in ("t_V", "W_K_leave"))
+
+
 # ---- chapter 6 claims over ten seeds (slow) -------------------------------------------------
 # Thresholds are the chapter's; the worst value measured over these 10 seeds (offset 0) is
 # given next to each assert.

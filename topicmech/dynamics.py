@@ -43,7 +43,8 @@ from .utils import check_matrix, check_positive_int
 __all__ = [
     "value_gap", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
-    "run_summary", "joint_metrics", "two_stage_point", "ATTENTION_CURVE_EVERY",
+    "run_summary", "joint_metrics", "weight_probes", "weight_timings", "stage_metrics", "two_stage_seed",
+    "CONVENTIONS", "CURVE_EVERY",
 ]
 
 _Loss = Literal["squared", "cross_entropy"]
@@ -124,6 +125,25 @@ def standard_probes(
 
     probes["attention"] = lambda m: np.asarray(attention(m), dtype=float)
     probes["attn_contrast"] = lambda m: attention(m).same_topic - attention(m).diff_topic
+    return probes
+
+
+def weight_probes(model: nn.Module) -> dict[str, Callable[[nn.Module], float]]:
+    """Norms of ``W^V``, ``W^K``, ``W^Q`` and their distances from where they stand now (the start).
+
+    ``"W_V_norm"``, ``"W_K_norm"``, ``"W_Q_norm"`` (``||W||_F``) and ``"W_V_move"``,
+    ``"W_K_move"``, ``"W_Q_move"`` (``||W - W(0)||_F``, ``W(0)`` a copy of ``model``'s matrices
+    taken by this call), as a dict for ``topicmech.train.train(probes=...)``.
+    """
+    names = ("W_V", "W_K", "W_Q")
+    missing = [n for n in names if not isinstance(getattr(model, n, None), torch.Tensor)]
+    if missing:
+        raise ValueError(f"model must have the matrices W_V, W_K, W_Q; {type(model).__name__} lacks {missing}")
+    start = {n: getattr(model, n).detach().clone() for n in names}
+    probes: dict[str, Callable[[nn.Module], float]] = {}
+    for n in names:
+        probes[f"{n}_norm"] = lambda m, n=n: float(getattr(m, n).detach().norm())
+        probes[f"{n}_move"] = lambda m, n=n: float((getattr(m, n).detach() - start[n]).norm())
     return probes
 
 
@@ -284,7 +304,8 @@ def train_joint(
     :func:`topicmech.train.train` on fresh documents of ``setting`` (data: ``topic_model`` if
     given, else the setting's simplified model), seeded by ``seed`` like the initialisation, with
     :func:`standard_probes` read every ``probe_every`` steps on a clean
-    :func:`topicmech.data.heldout_batch` of ``num_heldout`` documents.
+    :func:`topicmech.data.heldout_batch` of ``num_heldout`` documents, and the
+    :func:`weight_probes` (norms of the three matrices and their distances from the start).
 
     Default ``lr``: Adam 1e-2; SGD :func:`topicmech.theory.stage1_sgd_lr` (``0.5 / lambda_max``
     squared, ``2 / lambda_max`` cross-entropy), ``lambda_max`` the top eigenvalue of the exact stage-1 ``Sigma``
@@ -304,6 +325,7 @@ def train_joint(
     model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
                                 init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))
+    probes.update(weight_probes(model))
     config = dict(doc_len=doc_len, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
                   attend_to_masked=attend_to_masked, batch_size=batch_size, loss=loss,
                   **setting.masking.as_dict(), seed=seed, probe_every=probe_every)
@@ -379,42 +401,91 @@ def joint_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
     return out
 
 
-#: Stride (steps) of the attention curves that :func:`two_stage_point` returns.
-ATTENTION_CURVE_EVERY = 50
+#: Stride (steps) of the curves that :func:`stage_metrics` returns.
+CURVE_EVERY = 50
+
+#: The two key conventions by the names the book uses, and their ``attend_to_masked`` values:
+#: ``"theory"``, masked positions visible as keys; ``"code"``, selected positions hidden as keys.
+CONVENTIONS: dict[str, bool] = {"theory": True, "code": False}
 
 
-def two_stage_point(seed: int, *, attend_to_masked: bool, optimizer: Literal["sgd", "adam"], lr: float,
-                    steps: int, checkpoint: int | None = None, init_scale: float = 0.1, batch_size: int = 128,
-                    probe_every: int = 10, num_topics: int = 5, words_per_topic: int = 4,
-                    topics_per_doc: int = 2, doc_len: int = 20) -> dict[str, Any]:
-    """One joint-training run of chapter 6 as numbers, for stored multi-seed results.
+def weight_timings(run: JointRun, *, fraction: float = 0.1) -> dict[str, float]:
+    """When each of ``W^V``, ``W^K``, ``W^Q`` leaves its start, from the :func:`weight_probes`.
 
-    :func:`train_joint` on ``Setting(num_topics, words_per_topic, topics_per_doc, doc_len,
-    attend_to_masked=...)`` for ``steps`` steps; returns :func:`joint_metrics` of the run as it
-    stood at ``checkpoint`` (default ``steps``; with ``loss_below_uniform`` against the
-    uniform-attention optimum) and, under names starting ``end_``, the end state of the whole
-    run: attention by relation (``end_self``, ``end_same_word``, ``end_same_topic``,
-    ``end_diff_topic``), ``end_self_over_topic``, ``end_topic_fall``, ``end_copier``, the score
-    contrasts and the ``W^V`` gap; ``curve_<relation>`` are the attention curves every
-    :data:`ATTENTION_CURVE_EVERY` steps.
+    ``"<W>_leave"`` is the first probed step at which ``||W - W(0)||_F`` has covered ``fraction``
+    of its largest value over the run (:func:`topicmech.traces.reaching_step` with
+    ``reference="max"``; the last step if it never moves); ``"<W>_norm_start"``,
+    ``"<W>_norm_end"`` and ``"<W>_move_end"`` are the norms and the distance at both ends, and
+    ``"K_over_V_leave"`` is ``W_K_leave / W_V_leave`` (inf if ``W_V_leave == 0``).
     """
-    setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=attend_to_masked)
-    run = train_joint(setting, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
-                      batch_size=batch_size, seed=seed, probe_every=probe_every)
-    uniform_loss = theory.population_loss(run.W_star, *theory.moments(setting))
-    out: dict[str, Any] = joint_metrics(run.truncated(checkpoint or steps), uniform_loss=uniform_loss)
-    if optimizer == "adam":  # Adam skips the exponential phase this rate is read on
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
+    missing = [n for n in ("W_V_move", "W_K_move", "W_Q_move") if n not in run.history.probes]
+    if missing:
+        raise ValueError(f"run has no weight probes {missing} (train it with train_joint)")
+    s = run.steps
+    out: dict[str, float] = {}
+    for n in ("W_V", "W_K", "W_Q"):
+        move, norm = run.probe(f"{n}_move"), run.probe(f"{n}_norm")
+        leave = reaching_step(s, move, fraction, "max")
+        out[f"{n}_leave"] = float(s[-1] if leave is None else leave)
+        out[f"{n}_norm_start"], out[f"{n}_norm_end"] = float(norm[0]), float(norm[-1])
+        out[f"{n}_move_end"] = float(move[-1])
+    out["K_over_V_leave"] = math.inf if out["W_V_leave"] == 0 else out["W_K_leave"] / out["W_V_leave"]
+    return out
+
+
+def stage_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[str, Any]:
+    """Everything chapter 6 reads off one joint-training run, as numbers and curves.
+
+    :func:`joint_metrics` (without ``"growth_rate"`` for an Adam run, which skips the
+    exponential phase it is read on; for SGD, 0.0 with ``"growth_rate_read"`` 0.0 when the
+    contrast never grows from 0.02 to 0.3, else ``"growth_rate_read"`` is 1.0; when the attention
+    contrast ends at or below its start, as a copier's can, ``"t_A"`` and ``"ratio"`` are read
+    against its peak instead of its final value and ``"t_A_from_peak"`` is 1.0) and
+    :func:`weight_timings`; ``"curve_step"`` and ``"curve_W_V"``, ``"curve_W_K"``,
+    ``"curve_W_Q"`` (``||W - W(0)||_F``) and ``"curve_attn_contrast"`` every
+    :data:`CURVE_EVERY` steps.
+    """
+    out: dict[str, Any] = joint_metrics(run, uniform_loss=uniform_loss)
+    if run.config.get("optimizer") == "adam":
         del out["growth_rate"]
-    att, gap = run.probe("attention"), run.probe("value_gap")
-    peak = float(att[:, 2].max())
-    out.update({f"end_{name}": float(att[-1, i]) for i, name in enumerate(("self", "same_word", "same_topic",
-                                                                           "diff_topic"))})
-    out.update(end_self_over_topic=float(att[-1, 0] / att[-1, 2]), end_topic_fall=peak - float(att[-1, 2]),
-               end_copier=float(att[-1, 0] / att[-1, 2] > 1.5 and peak - att[-1, 2] > 0.1),
-               end_kq_same_word=float(run.probe("kq_same_word")[-1]),
-               end_kq_same_topic=float(run.probe("kq_same_topic")[-1]),
-               end_gap_rise=float(gap[-1] - gap.min()))
-    keep = np.isin(run.steps, np.arange(0, steps + 1, ATTENTION_CURVE_EVERY))
-    for i, name in enumerate(("self", "same_word", "same_topic", "diff_topic")):
-        out[f"curve_{name}"] = att[keep, i].tolist()
+    else:  # 0.0 (with "growth_rate_read" 0.0) when the contrast never grows from 0.02 to 0.3
+        out["growth_rate_read"] = float(math.isfinite(out["growth_rate"]))
+        out["growth_rate"] = out["growth_rate"] if math.isfinite(out["growth_rate"]) else 0.0
+    # a copier's contrast can end at or below its start: then t_A is read against its peak
+    out["t_A_from_peak"] = float(math.isnan(out["t_A"]))
+    if math.isnan(out["t_A"]):
+        peak_step = stage_times(run.history, reference="max").attention_step
+        out["t_A"] = float(run.steps[-1] if peak_step is None else peak_step)
+        out["ratio"] = math.inf if out["t_V"] == 0 else out["t_A"] / out["t_V"]
+    out.update(weight_timings(run))
+    keep = run.steps % CURVE_EVERY == 0
+    out["curve_step"] = run.steps[keep].astype(float).tolist()
+    for n in ("W_V", "W_K", "W_Q"):
+        out[f"curve_{n}"] = run.probe(f"{n}_move")[keep].tolist()
+    out["curve_attn_contrast"] = run.probe("attn_contrast")[keep].tolist()
+    return out
+
+
+def two_stage_seed(seed: int, *, sgd_steps: int, adam_steps: int, sgd_lr: float = 10.0, adam_lr: float = 3e-3,
+                   init_scale: float = 0.1, batch_size: int = 128, probe_every: int = 10, num_topics: int = 5,
+                   words_per_topic: int = 4, topics_per_doc: int = 2, doc_len: int = 20) -> dict[str, Any]:
+    """Chapter 6's four joint-training runs of one seed, as numbers for stored multi-seed results.
+
+    :func:`train_joint` on ``Setting(num_topics, words_per_topic, topics_per_doc, doc_len)`` with
+    SGD (``sgd_steps``, ``sgd_lr``) and with Adam (``adam_steps``, ``adam_lr``), each in both
+    :data:`CONVENTIONS`; the :func:`stage_metrics` of each run (with ``loss_below_uniform``
+    against the uniform-attention optimum of its convention) under the prefix
+    ``"<optimizer>.<convention>."``, e.g. ``"sgd.theory.t_V"``.
+    """
+    out: dict[str, Any] = {}
+    for optimizer, steps, lr in (("sgd", sgd_steps, sgd_lr), ("adam", adam_steps, adam_lr)):
+        for name, visible in CONVENTIONS.items():
+            setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=visible)
+            run = train_joint(setting, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
+                              batch_size=batch_size, seed=seed, probe_every=probe_every)
+            uniform_loss = theory.population_loss(run.W_star, *theory.moments(setting))
+            metrics = stage_metrics(run, uniform_loss=uniform_loss)
+            out.update({f"{optimizer}.{name}.{k}": v for k, v in metrics.items()})
     return out
