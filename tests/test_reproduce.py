@@ -190,3 +190,17 @@ def test_replay_matches_the_released_code_demo() -> None:
     assert abs(run.dev_loss - 3.389) < 0.03, run.dev_loss
     assert abs(gaps["same_topic_gap"] / 5.56 - 1) < 0.1, gaps
     assert abs(gaps["diagonal_gap"] / 5.63 - 1) < 0.1, gaps
+
+
+def test_deep_norm_metrics_needs_a_horizon() -> None:
+    with pytest.raises(ValueError, match="horizon"):
+        rp.deep_norm_metrics(0, steps=50)
+
+
+def test_all_trained_metrics_keys_and_subset() -> None:
+    one = [("squared", "sgd", 3.0)]
+    out = rp.all_trained_metrics(0, steps=3, settings=one, num_docs=50)
+    assert {"squared_sgd.gap", "squared_sgd.mean_same_topic"} <= set(out)
+    assert len(out["squared_sgd.block_cosines"]) == 100
+    both = rp.all_trained_metrics(0, steps=3, settings=[("cross_entropy", "adam", 0.01), *one], num_docs=50)
+    assert both["squared_sgd.gap"] == pytest.approx(out["squared_sgd.gap"])   # a subset reruns the same

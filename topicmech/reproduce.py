@@ -30,7 +30,8 @@ from .utils import check_choice, check_float, check_positive_int, make_generator
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
            "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
-           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
+           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict", "DEEP_HORIZONS",
+           "deep_norm_metrics", "EMBEDDING_SETTINGS", "all_trained_metrics"]
 
 #: The authors' three attention categories, in the order of their table.
 RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
@@ -453,3 +454,82 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
         return "reproduced"
     held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
     return f"partly ({', '.join(held)}; ratio x{ratio / theirs:.2f} theirs)"
+
+
+#: Horizons (steps) at which :func:`deep_norm_metrics` reads its stage timings.
+DEEP_HORIZONS: tuple[int, ...] = (200, 400)
+
+
+def deep_norm_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, curves: bool = True,
+                      num_docs: int = 10_000) -> dict:
+    """:func:`deep_norms` of the 4-layer encoder (Adam at ``lr``) on a fresh corpus of the seed, as numbers.
+
+    Each seed draws its own ``num_docs`` documents of 100 words (:func:`authors_lda`), its
+    initialisation and its batches. For every horizon ``h`` of :data:`DEEP_HORIZONS` up to
+    ``steps``, metrics ``"h<h>.<name>_leave_step"`` (10% of the rise from step 0 to step ``h``;
+    ``h`` for a norm that never rises), ``"h<h>.kq_lag"`` (the first of ``W^K``, ``W^Q`` minus
+    ``W^V``) and ``"h<h>.<name>_norm"``; training is the same up to ``h`` whatever ``steps``, so a
+    rerun with ``steps=200, curves=False`` recomputes the ``h200`` metrics. ``curves`` adds the
+    norms every 5 steps (``"curve_steps"``, ``"<name>_curve"``).
+    """
+    steps = check_positive_int("steps", steps)
+    horizons = [h for h in DEEP_HORIZONS if h <= steps]
+    if not horizons:
+        raise ValueError(f"steps must reach the first horizon {DEEP_HORIZONS[0]}, got {steps}")
+    (corpus_seed,) = spawn_seeds(seed, 1)
+    docs = authors_lda().sample(check_positive_int("num_docs", num_docs), 100, corpus_seed)  # (n, 100)
+    run = deep_norms(seed, optimizer="adam", lr=lr, steps=steps, docs=docs)
+    out: dict = {}
+    for h in horizons:
+        keep = run.steps <= h
+        leave = {}
+        for name, values in run.norms.items():
+            step = leave_zero_step(run.steps[keep], values[keep], 0.1)
+            leave[name] = float(h if step is None else step)
+            out[f"h{h}.{name}_leave_step"] = leave[name]
+            out[f"h{h}.{name}_norm"] = float(values[keep][-1])
+        out[f"h{h}.kq_lag"] = min(leave["W_K"], leave["W_Q"]) - leave["W_V"]
+    if curves:
+        out["curve_steps"] = run.steps.tolist()
+        out.update({f"{name}_curve": np.asarray(v, dtype=float).tolist() for name, v in run.norms.items()})
+    return out
+
+
+#: The (loss, optimizer, lr) settings of the all-components-trained embedding run.
+EMBEDDING_SETTINGS: tuple[tuple[str, str, float], ...] = (
+    ("cross_entropy", "adam", 0.01), ("cross_entropy", "sgd", 3.0), ("squared", "adam", 0.01),
+    ("squared", "sgd", 3.0))
+
+
+def all_trained_metrics(seed: int, *, steps: int = 1000, settings: Sequence[Sequence] | None = None,
+                        num_docs: int = 10_000) -> dict:
+    """:func:`all_trained_gram` in each ``(loss, optimizer, lr)`` setting (default
+    :data:`EMBEDDING_SETTINGS`) on a fresh corpus of the seed, reduced to numbers.
+
+    Metrics prefixed ``"<loss>_<optimizer>."``: the four
+    :func:`topicmech.embeddings.topic_cosines` numbers, ``"gap"`` (same-topic minus
+    different-topic mean cosine) and ``"block_cosines"``, the 10 x 10 matrix of mean cosines
+    between the words of two topics (the diagonal over distinct words), flattened. Each setting is
+    trained from the same seed whatever the others, so a subset reruns to the same numbers.
+    """
+    from .embeddings import topic_cosines
+
+    settings = EMBEDDING_SETTINGS if settings is None else [(str(a), str(b), float(c)) for a, b, c in settings]
+    (corpus_seed,) = spawn_seeds(seed, 1)
+    lda = authors_lda()
+    train_docs = sample_variable_length(lda, check_positive_int("num_docs", num_docs), 100, 150, seed=corpus_seed)
+    out: dict = {}
+    for loss, optimizer, lr in settings:
+        prefix = f"{loss}_{optimizer}."
+        G = all_trained_gram(seed, loss=loss, optimizer=optimizer, lr=lr, steps=steps, train_docs=train_docs)
+        tc = topic_cosines(G, lda.words_per_topic)
+        out.update({prefix + k: float(v) for k, v in tc._asdict().items()})
+        out[prefix + "gap"] = float(tc.mean_same_topic - tc.mean_diff_topic)
+        Gw = G[:lda.vocab_size, :lda.vocab_size]
+        norms = np.sqrt(np.diag(Gw))
+        cos = Gw / np.outer(norms, norms)                                          # (100, 100)
+        T, v = lda.num_topics, lda.words_per_topic
+        blocks = cos.reshape(T, v, T, v).sum(axis=(1, 3)) / (v * v)              # (T, T)
+        blocks[np.diag_indices(T)] = (np.diag(cos.reshape(T, v, T, v).sum(axis=(1, 3))) - v) / (v * (v - 1))
+        out[prefix + "block_cosines"] = blocks.ravel().tolist()
+    return out
