@@ -262,8 +262,8 @@ class ReleasedCodeRun:
         The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to
         the logits over words through the LayerNorm, the token-type vector and ``b^V``.
     dev_loss : float
-        Cross-entropy on the held-out documents with their own fixed masks, the mean over
-        batches of 40 (the released code's dev loss).
+        The training loss (cross-entropy unless ``loss="squared"``) on the held-out documents
+        with their own fixed masks, the mean over batches of 40 (the released code's dev loss).
     steps, norms : ndarray (k,), dict of str to ndarray (k,)
         Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at every step (0 = initialisation).
     train_loss : ndarray, shape (steps,)
@@ -286,6 +286,7 @@ class ReleasedCodeRun:
 def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, seed: int = 0,
                       optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
                       zero_init_noise: float | None = None, embedding_block: bool = True,
+                      loss: Literal["cross_entropy", "squared"] = "cross_entropy",
                       num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
     """Replay the released code's training path with the core model and training loop.
 
@@ -307,10 +308,16 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
         a value: the released code's ``zero_init_attn``, entries uniform in ``[0, noise)``.
     embedding_block : bool
         False turns the token-type vector and LayerNorm off (the one switch to our clean model).
+    loss : {"cross_entropy", "squared"}
+        The released code's default, or its ``no_softmax`` switch: the squared error to the
+        one-hot label over all 104 ids (:func:`topicmech.losses.mlm_loss`, 104 times the
+        released code's ``MSELoss``, the same direction of step; for SGD divide ``lr`` by 104
+        to match its step size).
     seed : int
         Seeds the corpora, the masks, the initialisation and the batch order.
     """
     check_choice("attention", attention, ("uniform", "learned"))
+    check_choice("loss", loss, ("cross_entropy", "squared"))
     steps = check_positive_int("steps", steps)
     if zero_init_noise is not None:
         zero_init_noise = check_float("zero_init_noise", zero_init_noise)
@@ -328,11 +335,11 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                                 pad_id=RELEASED_IDS["PAD"], seed=model_seed)
     probes = {name: (lambda m, name=name: float(getattr(m, name).norm())) for name in ("W_K", "W_Q", "W_V")}
     hist = train(model, tokens, steps=steps, batch_size=check_positive_int("batch_size", batch_size),
-                 loss="cross_entropy", optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
+                 loss=loss, optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
                  seed=batch_seed, probes=probes, probe_every=1)
     with torch.no_grad():
         dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
-                                          dev_selected[i:i + batch_size], "cross_entropy"))
+                                          dev_selected[i:i + batch_size], loss))
                       for i in range(0, len(dev), batch_size)]
         clean = dev[:500, :100]                                                    # [START] + 99 words
         pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
@@ -388,7 +395,8 @@ def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"]
 
 
 def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
-                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3) -> dict:
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3,
+                            loss: Literal["cross_entropy", "squared"] = "cross_entropy") -> dict:
     """The authors' attention table and norm curves in one of three settings, one seed, every
     row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
     the same seed whatever the others are, so a subset reruns to the same numbers).
@@ -398,9 +406,13 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
     prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
     norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
-    never rises) and curves every 10 steps.
+    never rises) and curves every 10 steps. ``loss="squared"`` trains the replays with the
+    released code's ``no_softmax`` switch (the clean setting only with cross-entropy).
     """
     check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
+    check_choice("loss", loss, ("cross_entropy", "squared"))
+    if setting == "clean" and loss != "cross_entropy":
+        raise ValueError(f"the clean setting trains with cross-entropy, got loss={loss!r}")
     rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
     out: dict = {}
     if setting == "clean":
@@ -417,7 +429,7 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
         else:
             run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
                                     zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
-                                    num_dev=2_000)
+                                    loss=loss, num_dev=2_000)
             attention, steps_read, norms = run.attention, run.steps, run.norms
             out[prefix + "dev_loss"] = run.dev_loss
         out.update({prefix + k: float(v) for k, v in attention.items()})
