@@ -204,3 +204,16 @@ def test_all_trained_metrics_keys_and_subset() -> None:
     assert len(out["squared_sgd.block_cosines"]) == 100
     both = rp.all_trained_metrics(0, steps=3, settings=[("cross_entropy", "adam", 0.01), *one], num_docs=50)
     assert both["squared_sgd.gap"] == pytest.approx(out["squared_sgd.gap"])   # a subset reruns the same
+
+
+def test_replay_loss_switch_checks_its_value() -> None:
+    with pytest.raises(ValueError, match="loss"):
+        rp.released_code_run(attention="learned", steps=1, loss="hinge")
+    with pytest.raises(ValueError, match="clean setting"):
+        rp.attention_table_metrics(0, setting="clean", steps=1, loss="squared")
+
+
+def test_replay_squared_loss_trains() -> None:
+    run = rp.released_code_run(attention="learned", steps=3, loss="squared", zero_init_noise=1e-3,
+                               num_train=80, num_dev=40)
+    assert np.isfinite(run.dev_loss) and run.norms["W_V"].shape == (4,)
