@@ -217,3 +217,14 @@ def test_replay_squared_loss_trains() -> None:
     run = rp.released_code_run(attention="learned", steps=3, loss="squared", zero_init_noise=1e-3,
                                num_train=80, num_dev=40)
     assert np.isfinite(run.dev_loss) and run.norms["W_V"].shape == (4,)
+
+
+@pytest.mark.slow
+def test_deep_norm_metrics_short_rerun_matches_the_long_run() -> None:
+    """The 200-step metrics of a 400-step run are what a 200-step run computes (the page's quick check)."""
+    long = rp.deep_norm_metrics(0, steps=400, num_docs=200)
+    short = rp.deep_norm_metrics(0, steps=200, curves=False, num_docs=200)
+    assert set(short) == {k for k in long if k.startswith("h200.")}
+    for key, value in short.items():
+        assert value == pytest.approx(long[key]), key
+    assert len(long["W_V_curve"]) == len(long["curve_steps"])
