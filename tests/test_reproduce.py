@@ -190,3 +190,41 @@ def test_replay_matches_the_released_code_demo() -> None:
     assert abs(run.dev_loss - 3.389) < 0.03, run.dev_loss
     assert abs(gaps["same_topic_gap"] / 5.56 - 1) < 0.1, gaps
     assert abs(gaps["diagonal_gap"] / 5.63 - 1) < 0.1, gaps
+
+
+def test_deep_norm_metrics_needs_a_horizon() -> None:
+    with pytest.raises(ValueError, match="horizon"):
+        rp.deep_norm_metrics(0, steps=50)
+
+
+def test_all_trained_metrics_keys_and_subset() -> None:
+    one = [("squared", "sgd", 3.0)]
+    out = rp.all_trained_metrics(0, steps=3, settings=one, num_docs=50)
+    assert {"squared_sgd.gap", "squared_sgd.mean_same_topic"} <= set(out)
+    assert len(out["squared_sgd.block_cosines"]) == 100
+    both = rp.all_trained_metrics(0, steps=3, settings=[("cross_entropy", "adam", 0.01), *one], num_docs=50)
+    assert both["squared_sgd.gap"] == pytest.approx(out["squared_sgd.gap"])   # a subset reruns the same
+
+
+def test_replay_loss_switch_checks_its_value() -> None:
+    with pytest.raises(ValueError, match="loss"):
+        rp.released_code_run(attention="learned", steps=1, loss="hinge")
+    with pytest.raises(ValueError, match="clean setting"):
+        rp.attention_table_metrics(0, setting="clean", steps=1, loss="squared")
+
+
+def test_replay_squared_loss_trains() -> None:
+    run = rp.released_code_run(attention="learned", steps=3, loss="squared", zero_init_noise=1e-3,
+                               num_train=80, num_dev=40)
+    assert np.isfinite(run.dev_loss) and run.norms["W_V"].shape == (4,)
+
+
+@pytest.mark.slow
+def test_deep_norm_metrics_short_rerun_matches_the_long_run() -> None:
+    """The 200-step metrics of a 400-step run are what a 200-step run computes (the page's quick check)."""
+    long = rp.deep_norm_metrics(0, steps=400, num_docs=200)
+    short = rp.deep_norm_metrics(0, steps=200, curves=False, num_docs=200)
+    assert set(short) == {k for k in long if k.startswith("h200.")}
+    for key, value in short.items():
+        assert value == pytest.approx(long[key]), key
+    assert len(long["W_V_curve"]) == len(long["curve_steps"])

@@ -30,7 +30,8 @@ from .utils import check_choice, check_float, check_positive_int, make_generator
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
            "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
-           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict"]
+           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict", "DEEP_HORIZONS",
+           "deep_norm_metrics", "EMBEDDING_SETTINGS", "all_trained_metrics"]
 
 #: The authors' three attention categories, in the order of their table.
 RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
@@ -261,8 +262,8 @@ class ReleasedCodeRun:
         The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to
         the logits over words through the LayerNorm, the token-type vector and ``b^V``.
     dev_loss : float
-        Cross-entropy on the held-out documents with their own fixed masks, the mean over
-        batches of 40 (the released code's dev loss).
+        The training loss (cross-entropy unless ``loss="squared"``) on the held-out documents
+        with their own fixed masks, the mean over batches of 40 (the released code's dev loss).
     steps, norms : ndarray (k,), dict of str to ndarray (k,)
         Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at every step (0 = initialisation).
     train_loss : ndarray, shape (steps,)
@@ -285,6 +286,7 @@ class ReleasedCodeRun:
 def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, seed: int = 0,
                       optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
                       zero_init_noise: float | None = None, embedding_block: bool = True,
+                      loss: Literal["cross_entropy", "squared"] = "cross_entropy",
                       num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
     """Replay the released code's training path with the core model and training loop.
 
@@ -306,10 +308,16 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
         a value: the released code's ``zero_init_attn``, entries uniform in ``[0, noise)``.
     embedding_block : bool
         False turns the token-type vector and LayerNorm off (the one switch to our clean model).
+    loss : {"cross_entropy", "squared"}
+        The released code's default, or its ``no_softmax`` switch: the squared error to the
+        one-hot label over all 104 ids (:func:`topicmech.losses.mlm_loss`, 104 times the
+        released code's ``MSELoss``, the same direction of step; for SGD divide ``lr`` by 104
+        to match its step size).
     seed : int
         Seeds the corpora, the masks, the initialisation and the batch order.
     """
     check_choice("attention", attention, ("uniform", "learned"))
+    check_choice("loss", loss, ("cross_entropy", "squared"))
     steps = check_positive_int("steps", steps)
     if zero_init_noise is not None:
         zero_init_noise = check_float("zero_init_noise", zero_init_noise)
@@ -327,11 +335,11 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                                 pad_id=RELEASED_IDS["PAD"], seed=model_seed)
     probes = {name: (lambda m, name=name: float(getattr(m, name).norm())) for name in ("W_K", "W_Q", "W_V")}
     hist = train(model, tokens, steps=steps, batch_size=check_positive_int("batch_size", batch_size),
-                 loss="cross_entropy", optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
+                 loss=loss, optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
                  seed=batch_seed, probes=probes, probe_every=1)
     with torch.no_grad():
         dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
-                                          dev_selected[i:i + batch_size], "cross_entropy"))
+                                          dev_selected[i:i + batch_size], loss))
                       for i in range(0, len(dev), batch_size)]
         clean = dev[:500, :100]                                                    # [START] + 99 words
         pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
@@ -387,7 +395,8 @@ def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"]
 
 
 def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
-                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3) -> dict:
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3,
+                            loss: Literal["cross_entropy", "squared"] = "cross_entropy") -> dict:
     """The authors' attention table and norm curves in one of three settings, one seed, every
     row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
     the same seed whatever the others are, so a subset reruns to the same numbers).
@@ -397,9 +406,13 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
     prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
     norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
-    never rises) and curves every 10 steps.
+    never rises) and curves every 10 steps. ``loss="squared"`` trains the replays with the
+    released code's ``no_softmax`` switch (the clean setting only with cross-entropy).
     """
     check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
+    check_choice("loss", loss, ("cross_entropy", "squared"))
+    if setting == "clean" and loss != "cross_entropy":
+        raise ValueError(f"the clean setting trains with cross-entropy, got loss={loss!r}")
     rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
     out: dict = {}
     if setting == "clean":
@@ -416,7 +429,7 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
         else:
             run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
                                     zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
-                                    num_dev=2_000)
+                                    loss=loss, num_dev=2_000)
             attention, steps_read, norms = run.attention, run.steps, run.norms
             out[prefix + "dev_loss"] = run.dev_loss
         out.update({prefix + k: float(v) for k, v in attention.items()})
@@ -453,3 +466,82 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
         return "reproduced"
     held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
     return f"partly ({', '.join(held)}; ratio x{ratio / theirs:.2f} theirs)"
+
+
+#: Horizons (steps) at which :func:`deep_norm_metrics` reads its stage timings.
+DEEP_HORIZONS: tuple[int, ...] = (200, 400)
+
+
+def deep_norm_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, curves: bool = True,
+                      num_docs: int = 10_000) -> dict:
+    """:func:`deep_norms` of the 4-layer encoder (Adam at ``lr``) on a fresh corpus of the seed, as numbers.
+
+    Each seed draws its own ``num_docs`` documents of 100 words (:func:`authors_lda`), its
+    initialisation and its batches. For every horizon ``h`` of :data:`DEEP_HORIZONS` up to
+    ``steps``, metrics ``"h<h>.<name>_leave_step"`` (10% of the rise from step 0 to step ``h``;
+    ``h`` for a norm that never rises), ``"h<h>.kq_lag"`` (the first of ``W^K``, ``W^Q`` minus
+    ``W^V``) and ``"h<h>.<name>_norm"``; training is the same up to ``h`` whatever ``steps``, so a
+    rerun with ``steps=200, curves=False`` recomputes the ``h200`` metrics. ``curves`` adds the
+    norms every 5 steps (``"curve_steps"``, ``"<name>_curve"``).
+    """
+    steps = check_positive_int("steps", steps)
+    horizons = [h for h in DEEP_HORIZONS if h <= steps]
+    if not horizons:
+        raise ValueError(f"steps must reach the first horizon {DEEP_HORIZONS[0]}, got {steps}")
+    (corpus_seed,) = spawn_seeds(seed, 1)
+    docs = authors_lda().sample(check_positive_int("num_docs", num_docs), 100, corpus_seed)  # (n, 100)
+    run = deep_norms(seed, optimizer="adam", lr=lr, steps=steps, docs=docs)
+    out: dict = {}
+    for h in horizons:
+        keep = run.steps <= h
+        leave = {}
+        for name, values in run.norms.items():
+            step = leave_zero_step(run.steps[keep], values[keep], 0.1)
+            leave[name] = float(h if step is None else step)
+            out[f"h{h}.{name}_leave_step"] = leave[name]
+            out[f"h{h}.{name}_norm"] = float(values[keep][-1])
+        out[f"h{h}.kq_lag"] = min(leave["W_K"], leave["W_Q"]) - leave["W_V"]
+    if curves:
+        out["curve_steps"] = run.steps.tolist()
+        out.update({f"{name}_curve": np.asarray(v, dtype=float).tolist() for name, v in run.norms.items()})
+    return out
+
+
+#: The (loss, optimizer, lr) settings of the all-components-trained embedding run.
+EMBEDDING_SETTINGS: tuple[tuple[str, str, float], ...] = (
+    ("cross_entropy", "adam", 0.01), ("cross_entropy", "sgd", 3.0), ("squared", "adam", 0.01),
+    ("squared", "sgd", 3.0))
+
+
+def all_trained_metrics(seed: int, *, steps: int = 1000, settings: Sequence[Sequence] | None = None,
+                        num_docs: int = 10_000) -> dict:
+    """:func:`all_trained_gram` in each ``(loss, optimizer, lr)`` setting (default
+    :data:`EMBEDDING_SETTINGS`) on a fresh corpus of the seed, reduced to numbers.
+
+    Metrics prefixed ``"<loss>_<optimizer>."``: the four
+    :func:`topicmech.embeddings.topic_cosines` numbers, ``"gap"`` (same-topic minus
+    different-topic mean cosine) and ``"block_cosines"``, the 10 x 10 matrix of mean cosines
+    between the words of two topics (the diagonal over distinct words), flattened. Each setting is
+    trained from the same seed whatever the others, so a subset reruns to the same numbers.
+    """
+    from .embeddings import topic_cosines
+
+    settings = EMBEDDING_SETTINGS if settings is None else [(str(a), str(b), float(c)) for a, b, c in settings]
+    (corpus_seed,) = spawn_seeds(seed, 1)
+    lda = authors_lda()
+    train_docs = sample_variable_length(lda, check_positive_int("num_docs", num_docs), 100, 150, seed=corpus_seed)
+    out: dict = {}
+    for loss, optimizer, lr in settings:
+        prefix = f"{loss}_{optimizer}."
+        G = all_trained_gram(seed, loss=loss, optimizer=optimizer, lr=lr, steps=steps, train_docs=train_docs)
+        tc = topic_cosines(G, lda.words_per_topic)
+        out.update({prefix + k: float(v) for k, v in tc._asdict().items()})
+        out[prefix + "gap"] = float(tc.mean_same_topic - tc.mean_diff_topic)
+        Gw = G[:lda.vocab_size, :lda.vocab_size]
+        norms = np.sqrt(np.diag(Gw))
+        cos = Gw / np.outer(norms, norms)                                          # (100, 100)
+        T, v = lda.num_topics, lda.words_per_topic
+        blocks = cos.reshape(T, v, T, v).sum(axis=(1, 3)) / (v * v)              # (T, T)
+        blocks[np.diag_indices(T)] = (np.diag(cos.reshape(T, v, T, v).sum(axis=(1, 3))) - v) / (v * (v - 1))
+        out[prefix + "block_cosines"] = blocks.ravel().tolist()
+    return out
