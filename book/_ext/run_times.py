@@ -186,14 +186,19 @@ def _commit(srcdir: str) -> str:
     return commit + (" with uncommitted changes" if dirty else "")
 
 
+def _benchmarks_common():
+    """``benchmarks/_common.py``, the one place that describes a machine (stdlib imports only)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "_common.py"
+    spec = importlib.util.spec_from_file_location("topicmech_benchmarks_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return _benchmarks_common().cpu_model()
 
 
 def build_facts(srcdir: str) -> list[tuple[str, str]]:
