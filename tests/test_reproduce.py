@@ -155,6 +155,20 @@ def test_magnitude_verdict_rules() -> None:
         rp.magnitude_verdict(flat, AUTH, factor=0.5)
     with pytest.raises(ValueError, match="ours"):
         rp.magnitude_verdict({"same_word": 1.0}, AUTH)
+    # an explicit ratio overrides the one read off the means
+    assert rp.magnitude_verdict(far, AUTH, ratio=1.6) == "partly (direction, ratio; ratio x1.02 theirs)"
+
+
+def test_flattened() -> None:
+    steps = np.arange(0, 1001, 10)
+    assert rp.flattened(steps, 1 - np.exp(-steps / 50))
+    assert not rp.flattened(steps, steps / 1000.0)
+    # a falling curve counts as flat
+    assert rp.flattened(steps, 2 - steps / 1000.0)
+    with pytest.raises(ValueError, match="window"):
+        rp.flattened(steps[:5], steps[:5] + 1.0)
+    with pytest.raises(ValueError, match="tol"):
+        rp.flattened(steps, steps + 1.0, tol=-1)
 
 
 def test_released_code_corpus_and_masks() -> None:

@@ -30,7 +30,7 @@ from .utils import check_choice, check_float, check_positive_int, make_generator
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
            "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
-           "deep_norms", "all_trained_gram", "leave_zero_step", "verdict", "DEEP_HORIZONS",
+           "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "verdict", "DEEP_HORIZONS",
            "deep_norm_metrics", "EMBEDDING_SETTINGS", "all_trained_metrics"]
 
 #: The authors' three attention categories, in the order of their table.
@@ -170,6 +170,25 @@ def leave_zero_step(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | 
     :func:`topicmech.traces.reaching_step` with ``reference="final"``.
     """
     return reaching_step(steps, norms, fraction=fraction, reference="final")
+
+
+def flattened(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | np.ndarray, *,
+              window: int = 200, tol: float = 0.02) -> bool:
+    """Whether a norm curve has flattened: over its last ``window`` steps it rises by less than
+    ``tol`` of its final value (a fall counts as flat). ``ValueError`` for a curve shorter than
+    ``window`` steps, a non-positive ``window`` or a negative ``tol``."""
+    steps = np.asarray(steps, dtype=float)
+    norms = np.asarray(norms, dtype=float)
+    window = check_positive_int("window", window)
+    tol = check_float("tol", tol)
+    if tol < 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+    if steps.ndim != 1 or steps.shape != norms.shape or len(steps) < 2:
+        raise ValueError(f"steps and norms must be 1-d of one length >= 2, got {steps.shape} and {norms.shape}")
+    if steps[-1] - steps[0] < window:
+        raise ValueError(f"the curve spans {steps[-1] - steps[0]:g} steps, less than window={window}")
+    before = float(np.interp(steps[-1] - window, steps, norms))
+    return bool((norms[-1] - before) < tol * abs(norms[-1]))
 
 
 def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) -> str:
@@ -438,7 +457,7 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
 
 
 def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
-                      attempted: str | None = None) -> str:
+                      attempted: str | None = None, ratio: float | None = None) -> str:
     """The verdict on one row of the attention table, by magnitude and order.
 
     ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). ``"reproduced"`` when
@@ -446,7 +465,9 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     **and** the order of the three categories is theirs; ``"partly (...)"`` naming what holds
     when same topic beats different topic as theirs does but the ratio or the order misses;
     ``"not reproduced"`` when it does not; ``attempted``, a reason, gives
-    ``"not faithfully attempted (reason)"`` instead.
+    ``"not faithfully attempted (reason)"`` instead. ``ratio``, when given, is our same-topic /
+    different-topic ratio computed otherwise (the reproduction page passes the mean over seeds
+    of each seed's ratio); by default it is ``ours["same_topic"] / ours["diff_topic"]``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
@@ -456,7 +477,7 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     for name, d in (("ours", ours), ("authors", authors)):
         if set(RELATIONS) - set(d):
             raise ValueError(f"{name} must give {', '.join(RELATIONS)}, got {sorted(d)}")
-    ratio = ours["same_topic"] / ours["diff_topic"]
+    ratio = ours["same_topic"] / ours["diff_topic"] if ratio is None else check_float("ratio", ratio)
     theirs = authors["same_topic"] / authors["diff_topic"]
     if not (ratio > 1) == (theirs > 1) or ratio <= 1:
         return "not reproduced"
