@@ -11,13 +11,13 @@ head with a logit bias, ``embedding_model(..., bias=True)``). Columns of ``W_E``
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 import torch
 
 from .model import OneLayerTransformer
-from .probes import relation_masks
+from .probes import TopicCosines, topic_cosines
 from .utils import check_matrix, check_positive_int
 
 __all__ = [
@@ -76,29 +76,6 @@ def topic_spread(W_E: torch.Tensor | np.ndarray, words_per_topic: int) -> float:
     if total == 0.0:
         raise ValueError("W_E has all-zero word embeddings; the spread is undefined")
     return float(math.sqrt(np.sum(dev**2) / total))
-
-
-class TopicCosines(NamedTuple):
-    """Cosine similarities between word embeddings: min and mean over distinct same-topic pairs, mean and max over different-topic pairs."""
-
-    min_same_topic: float
-    mean_same_topic: float
-    mean_diff_topic: float
-    max_diff_topic: float
-
-
-def topic_cosines(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> TopicCosines:
-    """Cosines ``G_ab / sqrt(G_aa G_bb)`` of word embeddings from ``gram = W_E^T W_E`` (``[MASK]`` ignored)."""
-    G = check_matrix("gram", gram, square=True)
-    V, v = _check_words(G.shape[0], words_per_topic)
-    Gw = G[:V, :V]
-    norms = np.sqrt(np.clip(np.diag(Gw), 0.0, None))                # (V,)
-    if np.any(norms == 0.0):
-        raise ValueError("gram has a word with a zero embedding; cosines are undefined")
-    cos = Gw / np.outer(norms, norms)                                # (V, V)
-    _, same, diff = relation_masks(np.arange(V) // v)               # distinct same-topic pairs, other topics
-    return TopicCosines(*(float(f(cos[m])) if m.any() else math.nan
-                          for m, f in ((same, np.min), (same, np.mean), (diff, np.mean), (diff, np.max))))
 
 
 def topic_separation(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> float:

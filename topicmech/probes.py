@@ -6,15 +6,16 @@ Pairs of tokens fall into three relations, the orbits of the topic model's symme
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from .utils import as_float64
+from .utils import as_float64, check_matrix, check_positive_int
 
-__all__ = ["BlockMeans", "block_means", "relation_masks", "topic_eigenvalue", "topic_growth_eigenvalue", "attention_by_relation",
+__all__ = ["BlockMeans", "block_means", "relation_masks", "TopicCosines", "topic_cosines", "topic_eigenvalue", "topic_growth_eigenvalue", "attention_by_relation",
            "AttentionByRelation", "ATTENTION_FIELDS",
            "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
 
@@ -209,3 +210,30 @@ def topic_growth_eigenvalue(G: np.ndarray | torch.Tensor, topic_of_word: torch.T
     if counts.size < 2 or not np.all(counts == counts[0]) or counts[0] < 2:
         raise ValueError("topic_of_word must describe at least two topics of equal size >= 2")
     return -topic_eigenvalue(m.diag, m.same_topic, m.diff_topic, int(counts[0]))
+
+
+class TopicCosines(NamedTuple):
+    """Cosine similarities between word embeddings: min and mean over distinct same-topic pairs, mean and max over different-topic pairs."""
+
+    min_same_topic: float
+    mean_same_topic: float
+    mean_diff_topic: float
+    max_diff_topic: float
+
+
+def topic_cosines(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> TopicCosines:
+    """Cosines ``G_ab / sqrt(G_aa G_bb)`` of word embeddings from ``gram = W_E^T W_E`` (``[MASK]`` ignored)."""
+    G = check_matrix("gram", gram, square=True)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    V = (G.shape[0] // v) * v
+    if V == 0 or G.shape[0] not in (V, V + 1):
+        raise ValueError(f"the matrix must have V or V + 1 token columns, V a multiple of "
+                         f"words_per_topic={v}, got {G.shape[0]}")
+    Gw = G[:V, :V]
+    norms = np.sqrt(np.clip(np.diag(Gw), 0.0, None))                # (V,)
+    if np.any(norms == 0.0):
+        raise ValueError("gram has a word with a zero embedding; cosines are undefined")
+    cos = Gw / np.outer(norms, norms)                                # (V, V)
+    _, same, diff = relation_masks(np.arange(V) // v)               # distinct same-topic pairs, other topics
+    return TopicCosines(*(float(f(cos[m])) if m.any() else math.nan
+                          for m, f in ((same, np.min), (same, np.mean), (diff, np.mean), (diff, np.max))))

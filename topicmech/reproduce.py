@@ -21,7 +21,7 @@ import torch
 from .data import LDATopicModel, TopicModel, check_topic_model
 from .fast import sample_variable_length, selected_loss
 from .model import OneLayerTransformer, TwoLayerTransformer
-from .probes import masked_means, pair_relations
+from .probes import masked_means, pair_relations, topic_cosines
 from .setting import BERT_MASKING, Masking
 from .traces import reaching_step
 from .train import train
@@ -540,13 +540,11 @@ def all_trained_metrics(seed: int, *, steps: int = 1000, settings: Sequence[Sequ
     :data:`EMBEDDING_SETTINGS`) on a fresh corpus of the seed, reduced to numbers.
 
     Metrics prefixed ``"<loss>_<optimizer>."``: the four
-    :func:`topicmech.embeddings.topic_cosines` numbers, ``"gap"`` (same-topic minus
+    :func:`topicmech.probes.topic_cosines` numbers, ``"gap"`` (same-topic minus
     different-topic mean cosine) and ``"block_cosines"``, the 10 x 10 matrix of mean cosines
     between the words of two topics (the diagonal over distinct words), flattened. Each setting is
     trained from the same seed whatever the others, so a subset reruns to the same numbers.
     """
-    from .embeddings import topic_cosines
-
     settings = EMBEDDING_SETTINGS if settings is None else [(str(a), str(b), float(c)) for a, b, c in settings]
     (corpus_seed,) = spawn_seeds(seed, 1)
     lda = authors_lda()
