@@ -30,8 +30,15 @@ from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, load_lee_corpus, loa
 from .data import bert_mask
 from .model import OneLayerTransformer
 from .setting import BERT_MASKING, Masking, Setting, check_attend_to_masked
-from .theory.estimates import chunks, doc_counts
-from .theory.value import optimum_from_moments, population_loss, sigma_extremes, stage1_sgd_lr, value_block_coefficients
+from .theory import (
+    chunks,
+    doc_counts,
+    optimum_from_moments,
+    population_loss,
+    sigma_extremes,
+    stage1_sgd_lr,
+    value_block_coefficients,
+)
 from .train import History, train
 from .utils import check_float, check_positive_int, check_seed, numpy_rng, spawn_seeds
 from .word_pairs import embedding_ratios, shares_topic
@@ -40,6 +47,7 @@ __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "default_run",
 ]
 
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
@@ -82,8 +90,11 @@ class WordDocuments:
         return int(self.tokens.shape[0])
 
 
-def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 128, max_words: int | None = None) -> WordDocuments:
+def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 64, max_words: int | None = None) -> WordDocuments:
     """The ``corpus``'s LDA tokens within ``lda``'s dictionary as word ids, cut into sequences of ``seq_len``.
+
+    The default of 64 tokens keeps most of a corpus of short documents (news articles of a few hundred
+    words keep about 100 LDA tokens each); the chapter's Wikipedia articles are long enough for 128.
 
     Each document's tokens outside the dictionary (or outside its ``max_words`` most frequent words, ties
     by dictionary order) are dropped; the rest is cut into consecutive sequences of ``seq_len`` tokens that
@@ -526,3 +537,34 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
     gs, gt = topic_block_gap(res.W_star, docs, wt), topic_block_gap(res.W_trained, docs, wt)
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
+
+
+@functools.lru_cache(maxsize=2)
+def _default_text(corpus: str) -> tuple[WordDocuments, FittedLDA]:
+    loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
+    if corpus not in loaders:
+        raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
+    text = loaders[corpus]()
+    lda = fit_lda(text)
+    return word_documents(text, lda), lda
+
+
+def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee") -> dict[str, Any]:
+    """Every default at once, as ``{metric: number}`` for :func:`topicmech.results.store`: :func:`fit_lda`,
+    :func:`word_documents`, :func:`topic_words` and :func:`train_word_mlm` with their defaults on ``corpus``
+    (the LDA fit is seed 0; ``seed`` seeds the model and its data stream), the final ratios, the untrained
+    model's, the frequency-matched control's and the stage times."""
+    docs, lda = _default_text(corpus)
+    wt = topic_words(docs, lda)
+    run = train_word_mlm(docs, attend_to_masked=attend_to_masked, seed=seed, word_topics=wt)
+    untrained = topic_ratios(train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed), docs, lda,
+                             seed=seed + 1)
+    final = topic_ratios(run, docs, lda, seed=seed + 1)
+    null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, seed=seed), seed=seed + 1)
+    st = stage_times(run)
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
+    out.update({f"untrained_{k}": untrained[k] for k in TRACKED_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
+    out.update(t_embedding=st.embedding, t_attention=st.attention, two_stages=bool(st.two_stages),
+               num_words=final["num_words"], vocab_size=docs.vocab_size, num_sequences=len(docs))
+    return out
