@@ -182,3 +182,16 @@ def test_value_on_text(text):
         assert g_star > 0 and abs(g_trained - g_star) < 0.25 * g_star, (g_star, g_trained)
     Sigma, C = rt.corpus_moments(docs, attend_to_masked=False, passes=2)
     assert np.allclose(Sigma[-1], 0.0) and np.allclose(Sigma, Sigma.T)         # hidden keys: [MASK] never attended
+
+
+@pytest.mark.slow
+def test_defaults_learn_on_lee():
+    """Issue 26's bar on a real corpus no chapter trains on (gensim's Lee background corpus, local): with every
+    default (fit_lda, word_documents, topic_words, train_word_mlm), the trained model's same/different-topic
+    embedding cosine ratio is at least 1.5 and its attention ratio at least 1.2, while the untrained model's
+    attention ratio lies within 10 % of 1. About a minute on one quiet core."""
+    r = rt.default_run(0, attend_to_masked=True, corpus="lee")
+    assert r["final_embedding_cosine"] >= 1.5, r
+    assert r["final_attention"] >= 1.2, r
+    assert abs(r["untrained_attention"] - 1.0) <= 0.1, r
+    assert r["shuffled_attention"] < r["final_attention"] - 0.2, r

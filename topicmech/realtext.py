@@ -503,13 +503,14 @@ def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 
 
 def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
                  max_words: int | None = 1000, seq_len: int = 128, per_topic: int | None = None,
-                 shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02) -> dict[str, Any]:
+                 shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02,
+                 probe_every: int | None = None) -> dict[str, Any]:
     """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
     final and untrained ratios, the frequency-matched control, the stage times and the curves."""
     docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
     wt = topic_words(docs, lda, per_topic=per_topic)
     run = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, word_topics=wt, lr=lr,
-                         init_scale=init_scale)
+                         init_scale=init_scale, probe_every=probe_every)
     untrained = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed)
     final = topic_ratios(run, docs, word_topics=wt, seed=seed + 1)
     null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, bins=shuffle_bins, seed=seed),
