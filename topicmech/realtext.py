@@ -47,7 +47,7 @@ __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
-    "default_run",
+    "default_run", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
 ]
 
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
@@ -367,8 +367,12 @@ class StageTimes:
                     and self.attention >= self.factor * max(self.embedding, 1.0))
 
 
-def stage_times(run: WordMLM, *, embedding_gap: float = 0.1, attention_ratio: float = 1.2,
-                factor: float = 2.0) -> StageTimes:
+#: The stage rule's defaults (ours): the cosine gap, the attention ratio and the factor between the crossings.
+STAGE_GAP, STAGE_RATIO, STAGE_FACTOR = 0.1, 1.2, 2.0
+
+
+def stage_times(run: WordMLM, *, embedding_gap: float = STAGE_GAP, attention_ratio: float = STAGE_RATIO,
+                factor: float = STAGE_FACTOR) -> StageTimes:
     """The stage rule on a run's tracked probes (see :class:`StageTimes`). The embedding side reads the cosine
     gap, not the ratio: at initialisation both means are near 0 and their ratio is noise."""
     steps = run.steps
@@ -517,15 +521,26 @@ def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia"
                         seed=seed + 1)
     far = topic_ratios(run, docs, word_topics=wt, seed=seed + 1, min_distance=16)
     st = stage_times(run)
-    out: dict[str, Any] = {f"final_{k}": final[k] for k in RATIO_KEYS}
-    out.update({f"untrained_{k}": v for k, v in topic_ratios(untrained, docs, word_topics=wt, seed=seed + 1).items()
-                if k in RATIO_KEYS})
-    out.update({f"shuffled_{k}": null[k] for k in RATIO_KEYS})
-    out.update(far_attention=far["attention"], t_embedding=st.embedding, t_attention=st.attention,
-               two_stages=bool(st.two_stages), num_words=final["num_words"])
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
+    untrained_ratios = topic_ratios(untrained, docs, word_topics=wt, seed=seed + 1)
+    out.update({f"untrained_{k}": untrained_ratios[k] for k in TRACKED_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
+    out.update(far_attention=far["attention"], **_crossings(st, steps),
+               two_stages=bool(st.two_stages), num_words=final["num_words"], vocab_size=docs.vocab_size,
+               num_sequences=len(docs), lda_vocab_size=len(lda.vocabulary))
     out["curve_step"] = run.steps.tolist()
     for k in (*TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
         out[f"curve_{k}"] = [float(x) for x in run.probe(k)]
+    return out
+
+
+def _crossings(st: StageTimes, steps: int) -> dict[str, Any]:
+    """The stage times for a stored row: a threshold never reached counts as ``steps + 1`` (after the end), with
+    ``embedding_crossed`` / ``attention_crossed`` saying which (stored intervals need finite numbers)."""
+    out: dict[str, Any] = {}
+    for name, t in (("embedding", st.embedding), ("attention", st.attention)):
+        out[f"t_{name}"] = float(t) if np.isfinite(t) else float(steps + 1)
+        out[f"{name}_crossed"] = bool(np.isfinite(t))
     return out
 
 
@@ -566,6 +581,6 @@ def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee") -> di
     out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
     out.update({f"untrained_{k}": untrained[k] for k in TRACKED_KEYS})
     out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
-    out.update(t_embedding=st.embedding, t_attention=st.attention, two_stages=bool(st.two_stages),
+    out.update(**_crossings(st, run.config["steps"]), two_stages=bool(st.two_stages),
                num_words=final["num_words"], vocab_size=docs.vocab_size, num_sequences=len(docs))
     return out
