@@ -29,6 +29,7 @@ import torch
 from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, load_lee_corpus, load_wikipedia_sample, top_fraction_count
 from .data import bert_mask
 from .model import OneLayerTransformer
+from .pretrained import authors_metric, load_encoder, random_encoder
 from .setting import BERT_MASKING, Masking, Setting, check_attend_to_masked
 from .theory import (
     chunks,
@@ -47,7 +48,7 @@ __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
-    "default_run", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
+    "default_run", "minilm_run", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
 ]
 
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
@@ -583,4 +584,24 @@ def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee") -> di
     out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
     out.update(**_crossings(st, run.config["steps"]), two_stages=bool(st.two_stages),
                num_words=final["num_words"], vocab_size=docs.vocab_size, num_sequences=len(docs))
+    return out
+
+
+def minilm_run(seed: int, *, fraction: float = 0.002, max_docs: int = 60, max_pieces: int = 128) -> dict[str, float]:
+    """The pretrained encoder beside the model trained here, as ``{metric: number}`` for
+    :func:`topicmech.results.store`: :func:`topicmech.pretrained.authors_metric` (embedding-layer vectors, passages
+    of ``max_pieces`` WordPieces from ``max_docs`` articles drawn by ``seed``) of the bundled all-MiniLM-L6-v2 (a
+    distilled sentence-embedding model, not a masked language model) and of its randomly initialised twin (seed
+    ``seed``), on the Wikipedia sample with the chapter's LDA fit (:func:`load_text`), the topics' most probable
+    ``fraction`` of the LDA vocabulary without overlap."""
+    _, lda = load_text("wikipedia")
+    text = load_wikipedia_sample()
+    tok, model = load_encoder()
+    kw = dict(fractions=(float(fraction),), overlaps=(False,), max_pieces=max_pieces, chunks_per_doc=1,
+              max_docs=max_docs, seed=seed, vectors="layer")
+    out: dict[str, float] = {}
+    for name, enc in (("minilm", model), ("random", random_encoder(seed=seed))):
+        row = authors_metric(enc, tok, text, lda, **kw).iloc[0]
+        out.update({f"{name}_{k}": float(row[f"{k}_ratio"]) for k in ("cosine", "dot", "attention")})
+        out[f"{name}_words"] = int(row["single_piece_words"])
     return out
