@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from topicmech import realtext, results
 
-SEEDS = list(range(4))
+SEEDS = list(range(3))
 KWARGS = dict(attend_to_masked=True, corpus="lee")
 
 
