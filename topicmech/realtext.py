@@ -47,7 +47,7 @@ from .word_pairs import embedding_ratios, shares_topic
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
-    "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
     "default_run", "minilm_run", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
 ]
 
@@ -424,6 +424,19 @@ def topic_block_gap(matrix: np.ndarray, documents: WordDocuments, word_topics: W
     eye = np.eye(len(ids), dtype=bool)
     same, diff = float(W[share & ~eye].mean()), float(W[~share].mean())
     return {"diag": float(W[eye].mean()), "same_topic": same, "diff_topic": diff, "gap": same - diff}
+
+
+def topic_block_correlation(trained: np.ndarray, reference: np.ndarray, documents: WordDocuments,
+                            word_topics: WordTopics) -> float:
+    """Pearson correlation of two word-by-word matrices over the off-diagonal entries among the selected words
+    ``word_topics`` (the rows and columns of the block figure)."""
+    index = {w: i for i, w in enumerate(documents.words)}
+    ids = np.asarray([index[w] for w in word_topics.words if w in index])
+    if ids.size < 2:
+        raise ValueError(f"need at least two selected words among the documents' words, got {ids.size}")
+    off = ~np.eye(ids.size, dtype=bool)
+    a, b = (np.asarray(M, dtype=np.float64)[np.ix_(ids, ids)][off] for M in (trained, reference))
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 @dataclass
