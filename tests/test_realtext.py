@@ -180,6 +180,11 @@ def test_value_on_text(text):
         assert res.excess < 0.2, res.excess
         g_star, g_trained = (rt.topic_block_gap(W, docs, wt)["gap"] for W in (res.W_star, res.W_trained))
         assert g_star > 0 and abs(g_trained - g_star) < 0.25 * g_star, (g_star, g_trained)
+        corr = rt.topic_block_correlation(res.W_trained, res.W_star, docs, wt)
+        assert 0.5 < corr <= 1.0, corr
+        assert rt.topic_block_correlation(res.W_star, res.W_star, docs, wt) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="two selected words"):
+        rt.topic_block_correlation(res.W_star, res.W_star, docs, WordTopics.from_dict({docs.words[0]: 0}))
     Sigma, C = rt.corpus_moments(docs, attend_to_masked=False, passes=2)
     assert np.allclose(Sigma[-1], 0.0) and np.allclose(Sigma, Sigma.T)         # hidden keys: [MASK] never attended
 
