@@ -199,4 +199,5 @@ def test_defaults_learn_on_lee():
     assert r["final_embedding_cosine"] >= 1.5, r
     assert r["final_attention"] >= 1.2, r
     assert abs(r["untrained_attention"] - 1.0) <= 0.1, r
-    assert r["shuffled_attention"] < r["final_attention"] - 0.2, r
+    # the frequency-matched null, on the cosine gap (33 topic words: the shuffled attention ratio is noisy)
+    assert r["final_cosine_gap"] > r["shuffled_cosine_gap"] + 0.2, r
