@@ -566,6 +566,7 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
     res = value_on_text(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, passes=passes, l2=l2)
     gs, gt = topic_block_gap(res.W_star, docs, wt), topic_block_gap(res.W_trained, docs, wt)
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
+            "corr": topic_block_correlation(res.W_trained, res.W_star, docs, wt),
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
 
 
