@@ -511,12 +511,18 @@ def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 
     """The chapter's documents and topics, cached per process: ``"wikipedia"``
     (:func:`~topicmech.corpus.load_wikipedia_sample`) or ``"lee"`` (:func:`~topicmech.corpus.load_lee_corpus`), LDA
     of ``num_topics`` topics for ``passes`` passes (seed ``lda_seed``), :func:`word_documents`."""
+    text, lda = _text_and_lda(corpus, num_topics, passes, lda_seed)
+    return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
+
+
+@functools.lru_cache(maxsize=2)
+def _text_and_lda(corpus: str, num_topics: int, passes: int, lda_seed: int) -> tuple[Corpus, FittedLDA]:
+    """The corpus and its LDA fit, cached apart from the vocabulary cut (one fit serves every cut)."""
     loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
     if corpus not in loaders:
         raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
     text = loaders[corpus]()
-    lda = fit_lda(text, num_topics=num_topics, passes=passes, seed=lda_seed)
-    return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
+    return text, fit_lda(text, num_topics=num_topics, passes=passes, seed=lda_seed)
 
 
 def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
@@ -608,8 +614,7 @@ def minilm_run(seed: int, *, fraction: float = 0.002, max_docs: int = 60, max_pi
     distilled sentence-embedding model, not a masked language model) and of its randomly initialised twin (seed
     ``seed``), on the Wikipedia sample with the chapter's LDA fit (:func:`load_text`), the topics' most probable
     ``fraction`` of the LDA vocabulary without overlap."""
-    _, lda = load_text("wikipedia")
-    text = load_wikipedia_sample()
+    text, lda = _text_and_lda("wikipedia", 20, 2, 0)
     tok, model = load_encoder()
     kw = dict(fractions=(float(fraction),), overlaps=(False,), max_pieces=max_pieces, chunks_per_doc=1,
               max_docs=max_docs, seed=seed, vectors="layer")
