@@ -528,13 +528,14 @@ def _text_and_lda(corpus: str, num_topics: int, passes: int, lda_seed: int) -> t
 def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
                  max_words: int | None = 1000, seq_len: int = 128, per_topic: int | None = None,
                  shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02,
-                 probe_every: int | None = None) -> dict[str, Any]:
+                 probe_every: int | None = None, progress: bool = False) -> dict[str, Any]:
     """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
-    final and untrained ratios, the frequency-matched control, the stage times and the curves."""
+    final and untrained ratios, the frequency-matched control, the stage times and the curves (``progress``: a
+    progress bar)."""
     docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
     wt = topic_words(docs, lda, per_topic=per_topic)
     run = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, word_topics=wt, lr=lr,
-                         init_scale=init_scale, probe_every=probe_every)
+                         init_scale=init_scale, probe_every=probe_every, progress=progress)
     untrained = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed)
     final = topic_ratios(run, docs, word_topics=wt, seed=seed + 1)
     null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, bins=shuffle_bins, seed=seed),
@@ -586,14 +587,14 @@ def _default_text(corpus: str) -> tuple[WordDocuments, FittedLDA]:
     return word_documents(text, lda), lda
 
 
-def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee") -> dict[str, Any]:
+def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee", progress: bool = False) -> dict[str, Any]:
     """Every default at once, as ``{metric: number}`` for :func:`topicmech.results.store`: :func:`fit_lda`,
     :func:`word_documents`, :func:`topic_words` and :func:`train_word_mlm` with their defaults on ``corpus``
     (the LDA fit is seed 0; ``seed`` seeds the model and its data stream), the final ratios, the untrained
-    model's, the frequency-matched control's and the stage times."""
+    model's, the frequency-matched control's and the stage times (``progress``: a progress bar)."""
     docs, lda = _default_text(corpus)
     wt = topic_words(docs, lda)
-    run = train_word_mlm(docs, attend_to_masked=attend_to_masked, seed=seed, word_topics=wt)
+    run = train_word_mlm(docs, attend_to_masked=attend_to_masked, seed=seed, word_topics=wt, progress=progress)
     untrained = topic_ratios(train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed), docs, lda,
                              seed=seed + 1)
     final = topic_ratios(run, docs, lda, seed=seed + 1)
