@@ -48,9 +48,12 @@ __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
-    "default_run", "minilm_run", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
+    "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
 ]
 
+#: The authors' two larger "ambiguity thresholds" (fractions of the LDA vocabulary kept per topic) that
+#: :func:`learning_run` also measures, without and with overlap (their smallest keeps fewer than three words).
+THRESHOLDS: tuple[float, ...] = (0.001, 0.002)
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
 RATIO_KEYS: tuple[str, ...] = ("embedding_cosine", "embedding_dot", "attention")
 #: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order: the ratios and the cosine gap
@@ -530,8 +533,9 @@ def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia"
                  shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02,
                  probe_every: int | None = None, progress: bool = False) -> dict[str, Any]:
     """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
-    final and untrained ratios, the frequency-matched control, the stage times and the curves (``progress``: a
-    progress bar)."""
+    final and untrained ratios, the frequency-matched control, the stage times, the final ratios at each of
+    :data:`THRESHOLDS` without and with overlap (keys ``"disjoint_0.001_attention"`` and so on) and the curves
+    (``progress``: a progress bar)."""
     docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
     wt = topic_words(docs, lda, per_topic=per_topic)
     run = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, word_topics=wt, lr=lr,
@@ -549,6 +553,12 @@ def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia"
     out.update(far_attention=far["attention"], **_crossings(st, steps),
                two_stages=bool(st.two_stages), num_words=final["num_words"], vocab_size=docs.vocab_size,
                num_sequences=len(docs), lda_vocab_size=len(lda.vocabulary))
+    for fraction in THRESHOLDS:                                  # the authors' other selections
+        for ov in (False, True):
+            sel = topic_words(docs, lda, fraction=fraction, overlap=ov)
+            r = topic_ratios(run, docs, word_topics=sel, seed=seed + 1)
+            tag = f"{'overlap' if ov else 'disjoint'}_{fraction:g}"
+            out.update({f"{tag}_{k}": r[k] for k in RATIO_KEYS})
     out["curve_step"] = run.steps.tolist()
     for k in (*TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
         out[f"curve_{k}"] = [float(x) for x in run.probe(k)]
