@@ -180,5 +180,24 @@ def test_value_on_text(text):
         assert res.excess < 0.2, res.excess
         g_star, g_trained = (rt.topic_block_gap(W, docs, wt)["gap"] for W in (res.W_star, res.W_trained))
         assert g_star > 0 and abs(g_trained - g_star) < 0.25 * g_star, (g_star, g_trained)
+        corr = rt.topic_block_correlation(res.W_trained, res.W_star, docs, wt)
+        assert 0.5 < corr <= 1.0, corr
+        assert rt.topic_block_correlation(res.W_star, res.W_star, docs, wt) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="two selected words"):
+        rt.topic_block_correlation(res.W_star, res.W_star, docs, WordTopics.from_dict({docs.words[0]: 0}))
     Sigma, C = rt.corpus_moments(docs, attend_to_masked=False, passes=2)
     assert np.allclose(Sigma[-1], 0.0) and np.allclose(Sigma, Sigma.T)         # hidden keys: [MASK] never attended
+
+
+@pytest.mark.slow
+def test_defaults_learn_on_lee():
+    """Issue 26's bar on a real corpus no chapter trains on (gensim's Lee background corpus, local): with every
+    default (fit_lda, word_documents, topic_words, train_word_mlm), the trained model's same/different-topic
+    embedding cosine ratio is at least 1.5 and its attention ratio at least 1.2, while the untrained model's
+    attention ratio lies within 10 % of 1. About a minute on one quiet core."""
+    r = rt.default_run(0, attend_to_masked=True, corpus="lee")
+    assert r["final_embedding_cosine"] >= 1.5, r
+    assert r["final_attention"] >= 1.2, r
+    assert abs(r["untrained_attention"] - 1.0) <= 0.1, r
+    # the frequency-matched null, on the cosine gap (33 topic words: the shuffled attention ratio is noisy)
+    assert r["final_cosine_gap"] > r["shuffled_cosine_gap"] + 0.2, r

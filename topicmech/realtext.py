@@ -29,9 +29,17 @@ import torch
 from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, load_lee_corpus, load_wikipedia_sample, top_fraction_count
 from .data import bert_mask
 from .model import OneLayerTransformer
+from .pretrained import authors_metric, load_encoder, random_encoder
 from .setting import BERT_MASKING, Masking, Setting, check_attend_to_masked
-from .theory.estimates import chunks, doc_counts
-from .theory.value import optimum_from_moments, population_loss, sigma_extremes, stage1_sgd_lr, value_block_coefficients
+from .theory import (
+    chunks,
+    doc_counts,
+    optimum_from_moments,
+    population_loss,
+    sigma_extremes,
+    stage1_sgd_lr,
+    value_block_coefficients,
+)
 from .train import History, train
 from .utils import check_float, check_positive_int, check_seed, numpy_rng, spawn_seeds
 from .word_pairs import embedding_ratios, shares_topic
@@ -39,9 +47,13 @@ from .word_pairs import embedding_ratios, shares_topic
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
-    "value_on_text", "topic_block_gap", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
 ]
 
+#: The authors' two larger "ambiguity thresholds" (fractions of the LDA vocabulary kept per topic) that
+#: :func:`learning_run` also measures, without and with overlap (their smallest keeps fewer than three words).
+THRESHOLDS: tuple[float, ...] = (0.001, 0.002)
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
 RATIO_KEYS: tuple[str, ...] = ("embedding_cosine", "embedding_dot", "attention")
 #: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order: the ratios and the cosine gap
@@ -82,8 +94,11 @@ class WordDocuments:
         return int(self.tokens.shape[0])
 
 
-def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 128, max_words: int | None = None) -> WordDocuments:
+def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 64, max_words: int | None = None) -> WordDocuments:
     """The ``corpus``'s LDA tokens within ``lda``'s dictionary as word ids, cut into sequences of ``seq_len``.
+
+    The default of 64 tokens keeps most of a corpus of short documents (news articles of a few hundred
+    words keep about 100 LDA tokens each); the chapter's Wikipedia articles are long enough for 128.
 
     Each document's tokens outside the dictionary (or outside its ``max_words`` most frequent words, ties
     by dictionary order) are dropped; the rest is cut into consecutive sequences of ``seq_len`` tokens that
@@ -356,8 +371,12 @@ class StageTimes:
                     and self.attention >= self.factor * max(self.embedding, 1.0))
 
 
-def stage_times(run: WordMLM, *, embedding_gap: float = 0.1, attention_ratio: float = 1.2,
-                factor: float = 2.0) -> StageTimes:
+#: The stage rule's defaults (ours): the cosine gap, the attention ratio and the factor between the crossings.
+STAGE_GAP, STAGE_RATIO, STAGE_FACTOR = 0.1, 1.2, 2.0
+
+
+def stage_times(run: WordMLM, *, embedding_gap: float = STAGE_GAP, attention_ratio: float = STAGE_RATIO,
+                factor: float = STAGE_FACTOR) -> StageTimes:
     """The stage rule on a run's tracked probes (see :class:`StageTimes`). The embedding side reads the cosine
     gap, not the ratio: at initialisation both means are near 0 and their ratio is noise."""
     steps = run.steps
@@ -408,6 +427,19 @@ def topic_block_gap(matrix: np.ndarray, documents: WordDocuments, word_topics: W
     eye = np.eye(len(ids), dtype=bool)
     same, diff = float(W[share & ~eye].mean()), float(W[~share].mean())
     return {"diag": float(W[eye].mean()), "same_topic": same, "diff_topic": diff, "gap": same - diff}
+
+
+def topic_block_correlation(trained: np.ndarray, reference: np.ndarray, documents: WordDocuments,
+                            word_topics: WordTopics) -> float:
+    """Pearson correlation of two word-by-word matrices over the off-diagonal entries among the selected words
+    ``word_topics`` (the rows and columns of the block figure)."""
+    index = {w: i for i, w in enumerate(documents.words)}
+    ids = np.asarray([index[w] for w in word_topics.words if w in index])
+    if ids.size < 2:
+        raise ValueError(f"need at least two selected words among the documents' words, got {ids.size}")
+    off = ~np.eye(ids.size, dtype=bool)
+    a, b = (np.asarray(M, dtype=np.float64)[np.ix_(ids, ids)][off] for M in (trained, reference))
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 @dataclass
@@ -482,38 +514,64 @@ def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 
     """The chapter's documents and topics, cached per process: ``"wikipedia"``
     (:func:`~topicmech.corpus.load_wikipedia_sample`) or ``"lee"`` (:func:`~topicmech.corpus.load_lee_corpus`), LDA
     of ``num_topics`` topics for ``passes`` passes (seed ``lda_seed``), :func:`word_documents`."""
+    text, lda = _text_and_lda(corpus, num_topics, passes, lda_seed)
+    return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
+
+
+@functools.lru_cache(maxsize=2)
+def _text_and_lda(corpus: str, num_topics: int, passes: int, lda_seed: int) -> tuple[Corpus, FittedLDA]:
+    """The corpus and its LDA fit, cached apart from the vocabulary cut (one fit serves every cut)."""
     loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
     if corpus not in loaders:
         raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
     text = loaders[corpus]()
-    lda = fit_lda(text, num_topics=num_topics, passes=passes, seed=lda_seed)
-    return word_documents(text, lda, seq_len=seq_len, max_words=max_words), lda
+    return text, fit_lda(text, num_topics=num_topics, passes=passes, seed=lda_seed)
 
 
 def learning_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 1500,
                  max_words: int | None = 1000, seq_len: int = 128, per_topic: int | None = None,
-                 shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02) -> dict[str, Any]:
+                 shuffle_bins: int = 5, lr: float = 3e-3, init_scale: float = 0.02,
+                 probe_every: int | None = None, progress: bool = False) -> dict[str, Any]:
     """One seed of the chapter's learning run, as ``{metric: number}`` for :func:`topicmech.results.store`: the
-    final and untrained ratios, the frequency-matched control, the stage times and the curves."""
+    final and untrained ratios, the frequency-matched control, the stage times, the final ratios at each of
+    :data:`THRESHOLDS` without and with overlap (keys ``"disjoint_0.001_attention"`` and so on) and the curves
+    (``progress``: a progress bar)."""
     docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
     wt = topic_words(docs, lda, per_topic=per_topic)
     run = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, word_topics=wt, lr=lr,
-                         init_scale=init_scale)
+                         init_scale=init_scale, probe_every=probe_every, progress=progress)
     untrained = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed)
     final = topic_ratios(run, docs, word_topics=wt, seed=seed + 1)
     null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, bins=shuffle_bins, seed=seed),
                         seed=seed + 1)
     far = topic_ratios(run, docs, word_topics=wt, seed=seed + 1, min_distance=16)
     st = stage_times(run)
-    out: dict[str, Any] = {f"final_{k}": final[k] for k in RATIO_KEYS}
-    out.update({f"untrained_{k}": v for k, v in topic_ratios(untrained, docs, word_topics=wt, seed=seed + 1).items()
-                if k in RATIO_KEYS})
-    out.update({f"shuffled_{k}": null[k] for k in RATIO_KEYS})
-    out.update(far_attention=far["attention"], t_embedding=st.embedding, t_attention=st.attention,
-               two_stages=bool(st.two_stages), num_words=final["num_words"])
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
+    untrained_ratios = topic_ratios(untrained, docs, word_topics=wt, seed=seed + 1)
+    out.update({f"untrained_{k}": untrained_ratios[k] for k in TRACKED_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
+    out.update(far_attention=far["attention"], **_crossings(st, steps),
+               two_stages=bool(st.two_stages), num_words=final["num_words"], vocab_size=docs.vocab_size,
+               num_sequences=len(docs), lda_vocab_size=len(lda.vocabulary))
+    for fraction in THRESHOLDS:                                  # the authors' other selections
+        for ov in (False, True):
+            sel = topic_words(docs, lda, fraction=fraction, overlap=ov)
+            r = topic_ratios(run, docs, word_topics=sel, seed=seed + 1)
+            tag = f"{'overlap' if ov else 'disjoint'}_{fraction:g}"
+            out.update({f"{tag}_{k}": r[k] for k in RATIO_KEYS})
     out["curve_step"] = run.steps.tolist()
     for k in (*TRACKED_KEYS, "norm_W_K", "norm_W_Q", "norm_W_V"):
         out[f"curve_{k}"] = [float(x) for x in run.probe(k)]
+    return out
+
+
+def _crossings(st: StageTimes, steps: int) -> dict[str, Any]:
+    """The stage times for a stored row: a threshold never reached counts as ``steps + 1`` (after the end), with
+    ``embedding_crossed`` / ``attention_crossed`` saying which (stored intervals need finite numbers)."""
+    out: dict[str, Any] = {}
+    for name, t in (("embedding", st.embedding), ("attention", st.attention)):
+        out[f"t_{name}"] = float(t) if np.isfinite(t) else float(steps + 1)
+        out[f"{name}_crossed"] = bool(np.isfinite(t))
     return out
 
 
@@ -525,4 +583,55 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
     res = value_on_text(docs, attend_to_masked=attend_to_masked, steps=steps, seed=seed, passes=passes, l2=l2)
     gs, gt = topic_block_gap(res.W_star, docs, wt), topic_block_gap(res.W_trained, docs, wt)
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
+            "corr": topic_block_correlation(res.W_trained, res.W_star, docs, wt),
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
+
+
+@functools.lru_cache(maxsize=2)
+def _default_text(corpus: str) -> tuple[WordDocuments, FittedLDA]:
+    loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
+    if corpus not in loaders:
+        raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
+    text = loaders[corpus]()
+    lda = fit_lda(text)
+    return word_documents(text, lda), lda
+
+
+def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee", progress: bool = False) -> dict[str, Any]:
+    """Every default at once, as ``{metric: number}`` for :func:`topicmech.results.store`: :func:`fit_lda`,
+    :func:`word_documents`, :func:`topic_words` and :func:`train_word_mlm` with their defaults on ``corpus``
+    (the LDA fit is seed 0; ``seed`` seeds the model and its data stream), the final ratios, the untrained
+    model's, the frequency-matched control's and the stage times (``progress``: a progress bar)."""
+    docs, lda = _default_text(corpus)
+    wt = topic_words(docs, lda)
+    run = train_word_mlm(docs, attend_to_masked=attend_to_masked, seed=seed, word_topics=wt, progress=progress)
+    untrained = topic_ratios(train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=0, seed=seed), docs, lda,
+                             seed=seed + 1)
+    final = topic_ratios(run, docs, lda, seed=seed + 1)
+    null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, seed=seed), seed=seed + 1)
+    st = stage_times(run)
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
+    out.update({f"untrained_{k}": untrained[k] for k in TRACKED_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
+    out.update(**_crossings(st, run.config["steps"]), two_stages=bool(st.two_stages),
+               num_words=final["num_words"], vocab_size=docs.vocab_size, num_sequences=len(docs))
+    return out
+
+
+def minilm_run(seed: int, *, fraction: float = 0.002, max_docs: int = 60, max_pieces: int = 128) -> dict[str, float]:
+    """The pretrained encoder beside the model trained here, as ``{metric: number}`` for
+    :func:`topicmech.results.store`: :func:`topicmech.pretrained.authors_metric` (embedding-layer vectors, passages
+    of ``max_pieces`` WordPieces from ``max_docs`` articles drawn by ``seed``) of the bundled all-MiniLM-L6-v2 (a
+    distilled sentence-embedding model, not a masked language model) and of its randomly initialised twin (seed
+    ``seed``), on the Wikipedia sample with the chapter's LDA fit (:func:`load_text`), the topics' most probable
+    ``fraction`` of the LDA vocabulary without overlap."""
+    text, lda = _text_and_lda("wikipedia", 20, 2, 0)
+    tok, model = load_encoder()
+    kw = dict(fractions=(float(fraction),), overlaps=(False,), max_pieces=max_pieces, chunks_per_doc=1,
+              max_docs=max_docs, seed=seed, vectors="layer")
+    out: dict[str, float] = {}
+    for name, enc in (("minilm", model), ("random", random_encoder(seed=seed))):
+        row = authors_metric(enc, tok, text, lda, **kw).iloc[0]
+        out.update({f"{name}_{k}": float(row[f"{k}_ratio"]) for k in ("cosine", "dot", "attention")})
+        out[f"{name}_words"] = int(row["single_piece_words"])
+    return out

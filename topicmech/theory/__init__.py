@@ -42,7 +42,7 @@ from .embeddings import (
     tied_embedding_optimum,
     weighted_topic_gap,
 )
-from .estimates import least_squares_value_matrix
+from .estimates import chunks, doc_counts, least_squares_value_matrix
 from .lda import (
     lda_alpha_matching,
     lda_effective_topics,
@@ -61,10 +61,12 @@ from .value import (
     kappa,
     moments,
     optimal_value_matrix,
+    optimum_from_moments,
     orbit_deviation,
     orbit_means,
     population_loss,
     sigma_eigenvalues,
+    sigma_extremes,
     stage1_sgd_lr,
     topic_eigenvalue_hidden,
     value_block_coefficients,
@@ -77,11 +79,12 @@ __all__ = [
     "ValueBlocks", "kappa", "moments", "population_loss", "optimal_value_matrix", "value_block_coefficients",
     "block_matrix", "orbit_means", "orbit_deviation", "diag_excess", "topic_eigenvalue_hidden",
     "weighted_block_gap", "bayes_risk", "sigma_eigenvalues", "SAFE_FRACTION", "stage1_sgd_lr",
+    "optimum_from_moments", "sigma_extremes",
     # lda
     "lda_effective_topics", "lda_alpha_matching", "lda_moments", "lda_optimal_value_matrix",
     "lda_sigma_eigenvalues", "lda_value_blocks", "sigma_range",
     # estimates
-    "least_squares_value_matrix",
+    "least_squares_value_matrix", "chunks", "doc_counts",
     # embeddings
     "embedding_loss", "symmetric_optimum", "tied_embedding_optimum", "TiedBlocks", "tied_embedding_blocks",
     "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum",
