@@ -143,8 +143,14 @@ def compare_heatmaps(
     *,
     center: float | None = 0.0,
     shared_scale: bool = True,
+    colorbar_label: str | None = None,
+    mask_label_at: str = "top",
 ) -> plt.Figure:
-    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale."""
+    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale.
+
+    ``colorbar_label`` and ``mask_label_at`` are passed to :func:`heatmap_by_topic` for
+    every panel.
+    """
     if len(matrices) != len(titles):
         raise ValueError(f"got {len(matrices)} matrices but {len(titles)} titles")
     fig, axes = plt.subplots(1, len(matrices), figsize=(4.0 * len(matrices), 3.6), squeeze=False)
@@ -152,7 +158,8 @@ def compare_heatmaps(
     lim = max(float(np.nanmax(np.abs(a - (center or 0.0)))) for a in arrays) if shared_scale else None
     for ax, a, t in zip(axes[0], arrays, titles):
         limits = (center - lim, center + lim) if lim is not None and center is not None else None
-        heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits)
+        heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits,
+                         colorbar_label=colorbar_label, mask_label_at=mask_label_at)
     fig.tight_layout()
     return fig
 
