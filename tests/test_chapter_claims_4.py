@@ -359,3 +359,23 @@ def test_ridge_training_reaches_the_ridge_optimum(seed, topic_model):
     run = stage1.train_value_matrix(tm.Setting.chapter4(attend_to_masked=True, doc_len=N), l2=1e-3,
                                     phases=((250, 30.0), (150, 10.0)), seed=seed)
     assert_within(relative_errors(run.final_blocks(), predicted, True), RIDGE_MARGIN, seed)
+
+
+def test_heatmap_colorbar_label_and_mask_marker() -> None:
+    """Figs. 4.3 and 4.5 label their colour bars and can put the [MASK] marker below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from topicmech import plotting
+
+    M = np.eye(5)
+    ax = plotting.heatmap_by_topic(M, 2, colorbar_label="entry", mask_label_at="bottom")
+    bars = [a for a in ax.figure.axes if a is not ax]
+    assert bars and bars[0].get_ylabel() == "entry"
+    marker = [t for t in ax.texts if t.get_text() == "[M]"]
+    assert marker and marker[0].get_position()[1] > M.shape[0]
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="middle"):
+        plotting.heatmap_by_topic(M, 2, mask_label_at="middle")

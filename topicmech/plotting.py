@@ -72,6 +72,8 @@ def heatmap_by_topic(
     limits: tuple[float, float] | None = None,
     colorbar: bool = True,
     label_mask: bool = True,
+    colorbar_label: str | None = None,
+    mask_label_at: str = "top",
 ) -> plt.Axes:
     """Heatmap of a token-by-token matrix with topic boundaries drawn; returns the Axes.
 
@@ -89,10 +91,17 @@ def heatmap_by_topic(
         Colour limits, overriding the ones ``center`` gives (to share one scale across panels).
     colorbar : bool
         Draw a colour bar beside the heatmap.
+    colorbar_label : str or None
+        Label of the colour bar (None: no label).
+    mask_label_at : {"top", "bottom"}
+        Where the ``[MASK]`` marker goes: above the last column (the default) or below it,
+        out of the way of a panel title.
     """
     M = _np(matrix)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
+    if mask_label_at not in ("top", "bottom"):
+        raise ValueError(f"mask_label_at must be 'top' or 'bottom', got {mask_label_at!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(4.2, 3.6))
     if limits is not None:
@@ -109,7 +118,9 @@ def heatmap_by_topic(
     ax.set_yticks([])
     ax.grid(False)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+        bar = ax.figure.colorbar(image, ax=ax, shrink=0.8)
+        if colorbar_label is not None:
+            bar.set_label(colorbar_label)
     V = (M.shape[0] // words_per_topic) * words_per_topic
     for b in range(words_per_topic, V, words_per_topic):
         ax.axhline(b, color="k", lw=0.4, alpha=0.5)
@@ -117,7 +128,10 @@ def heatmap_by_topic(
     if label_mask and M.shape[0] == V + 1:
         ax.axhline(V, color="k", lw=1.0)
         ax.axvline(V, color="k", lw=1.0)
-        ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=7)
+        if mask_label_at == "top":
+            ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=7)
+        else:
+            ax.text(V + 0.5, rows + 0.6, "[M]", ha="center", va="top", fontsize=7)
     ax.set_title(title)
     return ax
 
@@ -129,8 +143,14 @@ def compare_heatmaps(
     *,
     center: float | None = 0.0,
     shared_scale: bool = True,
+    colorbar_label: str | None = None,
+    mask_label_at: str = "top",
 ) -> plt.Figure:
-    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale."""
+    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale.
+
+    ``colorbar_label`` and ``mask_label_at`` are passed to :func:`heatmap_by_topic` for
+    every panel.
+    """
     if len(matrices) != len(titles):
         raise ValueError(f"got {len(matrices)} matrices but {len(titles)} titles")
     fig, axes = plt.subplots(1, len(matrices), figsize=(4.0 * len(matrices), 3.6), squeeze=False)
@@ -138,7 +158,8 @@ def compare_heatmaps(
     lim = max(float(np.nanmax(np.abs(a - (center or 0.0)))) for a in arrays) if shared_scale else None
     for ax, a, t in zip(axes[0], arrays, titles):
         limits = (center - lim, center + lim) if lim is not None and center is not None else None
-        heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits)
+        heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits,
+                         colorbar_label=colorbar_label, mask_label_at=mask_label_at)
     fig.tight_layout()
     return fig
 
