@@ -193,10 +193,15 @@ def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, m
     return {name: both & mask for name, mask in masks.items()}
 
 
-def classify_pairs(same_word: np.ndarray, same_topic: np.ndarray, far: np.ndarray) -> dict[str, np.ndarray]:
-    """The four relations of the pairs ``(query i, key j)`` of one passage, from ``(W, W)`` boolean matrices:
-    ``same_word[i, j]`` (the same word), ``same_topic[i, j]`` (their topic sets intersect) and ``far[i, j]``
-    (at least ``min_distance`` apart). The diagonal ``i = j`` is the relation ``self``."""
+def classify_pairs(
+    same_word: np.ndarray, same_topic: np.ndarray, far: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The four relations of the pairs ``(query i, key j)`` of one passage.
+
+    From ``(W, W)`` boolean matrices: ``same_word[i, j]`` (the same word),
+    ``same_topic[i, j]`` (their topic sets intersect) and ``far[i, j]`` (at least
+    ``min_distance`` apart). The diagonal ``i = j`` is the relation ``self``.
+    """
     itself = np.eye(len(same_word), dtype=bool)
     return {
         "self": itself,
