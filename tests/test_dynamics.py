@@ -301,6 +301,12 @@ def test_two_stage_seed_covers_both_optimisers_and_conventions():
         assert prefix + "t_V" in out and prefix + "W_K_leave" in out, prefix
     assert "adam.code.growth_rate" not in out                         # Adam has no exponential phase
     assert all(math.isfinite(out[p + k]) for p in ("sgd.code.", "adam.theory.") for k in ("t_V", "W_K_leave"))
+    sgd_only = dynamics.two_stage_seed(0, sgd_steps=60, adam_steps=60, batch_size=16, probe_every=10,
+                                       optimizers=("sgd",))
+    np.testing.assert_equal({k: v for k, v in out.items() if k.startswith("sgd.")}, sgd_only)
+    for bad in ((), ("adamw",)):
+        with pytest.raises(ValueError, match="optimizers"):
+            dynamics.two_stage_seed(0, sgd_steps=60, adam_steps=60, optimizers=bad)
 
 
 # ---- chapter 6 claims over ten seeds (slow) -------------------------------------------------

@@ -470,17 +470,24 @@ def stage_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
 
 def two_stage_seed(seed: int, *, sgd_steps: int, adam_steps: int, sgd_lr: float = 10.0, adam_lr: float = 3e-3,
                    init_scale: float = 0.1, batch_size: int = 128, probe_every: int = 10, num_topics: int = 5,
-                   words_per_topic: int = 4, topics_per_doc: int = 2, doc_len: int = 20) -> dict[str, Any]:
+                   words_per_topic: int = 4, topics_per_doc: int = 2, doc_len: int = 20,
+                   optimizers: tuple[str, ...] = ("sgd", "adam")) -> dict[str, Any]:
     """Chapter 6's four joint-training runs of one seed, as numbers for stored multi-seed results.
 
     :func:`train_joint` on ``Setting(num_topics, words_per_topic, topics_per_doc, doc_len)`` with
     SGD (``sgd_steps``, ``sgd_lr``) and with Adam (``adam_steps``, ``adam_lr``), each in both
     :data:`CONVENTIONS`; the :func:`stage_metrics` of each run (with ``loss_below_uniform``
     against the uniform-attention optimum of its convention) under the prefix
-    ``"<optimizer>.<convention>."``, e.g. ``"sgd.theory.t_V"``.
+    ``"<optimizer>.<convention>."``, e.g. ``"sgd.theory.t_V"``. ``optimizers`` picks a subset
+    (``("sgd",)`` for the long SGD runs alone).
     """
+    plans = {"sgd": (sgd_steps, sgd_lr), "adam": (adam_steps, adam_lr)}
+    unknown = [o for o in optimizers if o not in plans]
+    if unknown or not optimizers:
+        raise ValueError(f"optimizers must be a non-empty subset of {tuple(plans)}, got {optimizers!r}")
     out: dict[str, Any] = {}
-    for optimizer, steps, lr in (("sgd", sgd_steps, sgd_lr), ("adam", adam_steps, adam_lr)):
+    for optimizer in optimizers:
+        steps, lr = plans[optimizer]
         for name, visible in CONVENTIONS.items():
             setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=visible)
             run = train_joint(setting, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
