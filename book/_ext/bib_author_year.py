@@ -7,8 +7,9 @@ The bibliography itself already separates them, because pybtex's ``alpha`` label
 letter (``[Li23a]``, ``[Li23b]``, ``[LLR23a]``, ``[LLR23b]``).
 
 This extension registers the referencing style ``author_year_suffix``: the ``author_year``
-style in which the year is followed by that same letter, so the citation "Li [2023a]" points
-at the entry labelled ``[Li23a]``. The ``.bib`` file keeps its real years and the
+style in which the year is followed by what the work is, from the entry's ``citetag`` field
+("Li et al. [2023, paper]", "Li [2023, slides]"), or, for an entry without one, by the letter
+of its label, so the citation "Li [2023a]" points at the entry labelled ``[Li23a]``. The ``.bib`` file keeps its real years and the
 bibliography keeps its order; nothing changes for works without a letter.
 
 Use it with ``bibtex_reference_style: author_year_suffix`` (``_config.yml``).
@@ -17,11 +18,11 @@ Use it with ``bibtex_reference_style: author_year_suffix`` (``_config.yml``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pybtex.richtext import Text
 from sphinxcontrib.bibtex.plugin import register_plugin
-from sphinxcontrib.bibtex.style.referencing import BaseReferenceStyle
+from sphinxcontrib.bibtex.style.referencing import BaseReferenceStyle, BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 from sphinxcontrib.bibtex.style.referencing.basic_author_year import (
     BasicAuthorYearParentheticalReferenceStyle,
@@ -48,10 +49,18 @@ def label_suffix(label: str) -> str:
     return match.group(1) if match else ""
 
 
+#: The ``.bib`` field that names what a work is, for works of the same authors and year.
+TAG_FIELD = "citetag"
+
+
 @node
 def year_suffix(children, data) -> Text:
-    """The entry's year followed by the letter of its bibliography label (if any)."""
+    """The entry's year followed by its ``citetag`` field ("2023, slides") if it has one,
+    otherwise by the letter of its bibliography label (if any)."""
     assert not children
+    tag = data["entry"].fields.get(TAG_FIELD)
+    if tag:
+        return Text(year.format_data(data), ", ", tag)
     return Text(year.format_data(data), label_suffix(data["formatted_entry"].label))
 
 
@@ -102,7 +111,11 @@ _REPLACE = {
 
 @dataclass
 class AuthorYearSuffixReferenceStyle(AuthorYearReferenceStyle):
-    """``author_year`` with the bibliography label's letter after the year."""
+    """``author_year`` with the work's tag (or its label's letter) after the year; works in one
+    parenthetical citation are separated by semicolons, since a tag brings its own comma."""
+
+    bracket_parenthetical: BracketStyle = field(
+        default_factory=lambda: BracketStyle(sep="; ", sep2="; ", last_sep="; "))
 
     def __post_init__(self):
         super().__post_init__()
