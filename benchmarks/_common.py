@@ -143,6 +143,18 @@ def repeat(fn: Callable[[], Any], runs: int, warmup: int = 1) -> dict[str, dict[
     return {"wall_s": summary(wall), "cpu_s": summary(cpu)}
 
 
+def repeat_steps(fn: Callable[[], Any], runs: int, steps: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+    """:func:`repeat` for a ``fn`` that takes ``steps`` optimisation steps: its wall and CPU seconds,
+    with wall and CPU milliseconds per step and steps per second (median, min, max of ``runs``)."""
+    if steps < 1:
+        raise ValueError(f"steps must be a positive number of steps per run, got {steps!r}")
+    t = repeat(fn, runs, warmup)
+    wall, cpu = t["wall_s"]["runs"], t["cpu_s"]["runs"]
+    return {"ms_per_step": summary([1e3 * w / steps for w in wall]),
+            "cpu_ms_per_step": summary([1e3 * c / steps for c in cpu]),
+            "steps_per_s": summary([steps / w for w in wall]), **t}
+
+
 def fmt(x: float, digits: int = 3) -> str:
     if x != x:  # nan
         return "nan"

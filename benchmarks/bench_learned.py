@@ -98,13 +98,9 @@ def measure(threads: int, runs: int, steps: int, reference_steps: int) -> list[d
             hows = ((("train()", loop), ("step only", step_only)) if path == "fast" else
                     (("train(), reference path", loop), ("step only, reference", step_only)))
             for how, fn in hows:
-                t = C.repeat(fn, runs)
-                wall, cpu = t["wall_s"]["runs"], t["cpu_s"]["runs"]
                 out.append({"config": name, "how": how, "path": path, "threads": threads, "device": str(device),
                             "steps": n_steps, "batch": batch, "N": s["doc_len"], "V": lda.vocab_size,
-                            "ms_per_step": C.summary([1e3 * w / n_steps for w in wall]),
-                            "cpu_ms_per_step": C.summary([1e3 * c / n_steps for c in cpu]),
-                            "steps_per_s": C.summary([n_steps / w for w in wall]), **t})
+                            **C.repeat_steps(fn, runs, n_steps)})
     return out
 
 

@@ -43,12 +43,8 @@ def measure(threads: int, runs: int, steps: int, sizes: list[int]) -> list[dict]
                 rt.train_word_mlm(docs, attend_to_masked=True, steps=steps, seed=0, word_topics=probes,
                                   probe_every=10 if probes is not None else None)
 
-            t = C.repeat(loop, runs)
-            wall, cpu = t["wall_s"]["runs"], t["cpu_s"]["runs"]
             out.append({"how": how, "max_words": size, "V": docs.vocab_size, "threads": threads, "steps": steps,
-                        "ms_per_step": C.summary([1e3 * w / steps for w in wall]),
-                        "cpu_ms_per_step": C.summary([1e3 * c / steps for c in cpu]),
-                        "steps_per_s": C.summary([steps / w for w in wall]), **t})
+                        **C.repeat_steps(loop, runs, steps)})
     return out
 
 

@@ -1,8 +1,12 @@
 """House rules of the book's pages that a reader sees (``book/*.md``).
 
-- No visible code line over 88 characters: a wider line is cut off in the rendered column.
-  A cell is visible unless its tags hide its input (``remove-input``, ``remove-cell``,
-  ``hide-input``, ``hide-cell``).
+- No code line over 88 characters: a wider visible line is cut off in the rendered column,
+  and a hidden one is read in the source and in the exported notebooks. The rule covers
+  every line of every code cell, hidden or not, and every line of its options (the YAML
+  cell metadata, figure captions included); prose lines are wrapped by the renderer and
+  are exempt. A cell is visible unless its tags hide its input (``remove-input``,
+  ``remove-cell``, ``hide-input``, ``hide-cell``).
+- Every cell's options parse as YAML, and every figure caption is a non-empty string.
 - At most 40 visible ``glue(`` lines in the whole book: numbers for the prose are glued in
   bookkeeping cells that readers do not see (``tm.glue_values``).
 - Neither convention is called "the authors'": the theory's convention (masked positions
@@ -12,9 +16,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 PAGES = sorted(BOOK.glob("*.md"))
@@ -23,32 +29,83 @@ MAX_WIDTH = 88
 MAX_VISIBLE_GLUE = 40
 
 
-def visible_code(text: str) -> list[tuple[int, str]]:
-    """(line number, line) of every line of code a reader sees on a page."""
+@dataclass
+class CodeCell:
+    """One ``{code-cell}`` of a page: its option lines and its code lines, numbered."""
+
+    options: list[tuple[int, str]] = field(default_factory=list)
+    code: list[tuple[int, str]] = field(default_factory=list)
+    yaml_options: bool = False  # options in a ``---`` block rather than ``:key:`` lines
+
+    @property
+    def hidden(self) -> bool:
+        return any(tag in line for _, line in self.options for tag in HIDDEN_TAGS)
+
+    def metadata(self) -> dict:
+        """The cell's options as jupytext reads them (YAML block or short-form lines)."""
+        if self.yaml_options:
+            text = "\n".join(line for _, line in self.options)
+        else:
+            text = "\n".join(line[1:].replace(":", ": ", 1) for _, line in self.options)
+        return yaml.safe_load(text) or {}
+
+
+def code_cells(text: str) -> list[CodeCell]:
+    """Every code cell of a page, in order."""
     lines = text.split("\n")
-    out: list[tuple[int, str]] = []
+    cells: list[CodeCell] = []
     i = 0
     while i < len(lines):
         if not lines[i].startswith("```{code-cell}"):
             i += 1
             continue
-        j, options = i + 1, []
+        cell, j = CodeCell(), i + 1
         if j < len(lines) and lines[j].strip() == "---":          # YAML options block
+            cell.yaml_options = True
             j += 1
             while j < len(lines) and lines[j].strip() != "---":
-                options.append(lines[j])
+                cell.options.append((j + 1, lines[j]))
                 j += 1
             j += 1
         while j < len(lines) and lines[j].startswith(":"):          # short-form options
-            options.append(lines[j])
+            cell.options.append((j + 1, lines[j]))
             j += 1
-        hidden = any(tag in line for line in options for tag in HIDDEN_TAGS)
         while j < len(lines) and not lines[j].startswith("```"):
-            if not hidden:
-                out.append((j + 1, lines[j]))
+            cell.code.append((j + 1, lines[j]))
             j += 1
+        cells.append(cell)
         i = j + 1
-    return out
+    return cells
+
+
+def visible_code(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line of code a reader sees on a page."""
+    return [line for cell in code_cells(text) if not cell.hidden for line in cell.code]
+
+
+def cell_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every code and option line of every code cell."""
+    return [line for cell in code_cells(text) for line in cell.options + cell.code]
+
+
+def metadata_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the page's front matter and of every markdown cell's metadata."""
+    lines = text.split("\n")
+    out: list[tuple[int, str]] = []
+    if lines and lines[0] == "---":
+        end = lines.index("---", 1)
+        out += [(n + 1, lines[n]) for n in range(end + 1)]
+    return out + [(n + 1, line) for n, line in enumerate(lines) if line.startswith("+++")]
+
+
+def captions(metadata: object) -> list[object]:
+    """Every value under a ``caption`` key, at any depth of a cell's metadata."""
+    if isinstance(metadata, dict):
+        found = [v for k, v in metadata.items() if k == "caption"]
+        return found + [c for v in metadata.values() for c in captions(v)]
+    if isinstance(metadata, list):
+        return [c for v in metadata for c in captions(v)]
+    return []
 
 
 def test_parser_sees_only_visible_cells() -> None:
@@ -59,6 +116,26 @@ def test_parser_sees_only_visible_cells() -> None:
         "```python", "not_a_cell = 1", "```",
     ])
     assert [line for _, line in visible_code(page)] == ["x = 1"]
+    assert [line for _, line in cell_lines(page)] == [
+        "x = 1", ":tags: [remove-cell]", "hidden = 1", "tags: [hide-input]", "also_hidden = 1",
+    ]
+
+
+def test_parser_reads_options_and_captions() -> None:
+    page = "\n".join([
+        "Prose is not a cell.",
+        "```{code-cell} ipython3", "---", "tags: [hide-input]", "mystnb:", "  figure:",
+        "    caption: >-", "      A caption: with a colon,", "      on two lines.",
+        "    name: fig-x", "---", "x = 1", "```",
+        "```{code-cell} ipython3", ":tags: [remove-cell]", "y = 2", "```",
+    ])
+    first, second = code_cells(page)
+    assert first.hidden and second.hidden
+    assert captions(first.metadata()) == ["A caption: with a colon, on two lines."]
+    assert second.metadata() == {"tags": ["remove-cell"]}
+    assert captions(second.metadata()) == []
+    front = "\n".join(["---", "jupytext:", "  formats: md:myst", "---", "Prose", "+++ {\"k\": 1}"])
+    assert [n for n, _ in metadata_lines(front)] == [1, 2, 3, 4, 6]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -66,6 +143,34 @@ def test_no_visible_code_line_wider_than_88(page: Path) -> None:
     wide = [f"{page.name}:{n}: {len(line)} chars" for n, line in visible_code(page.read_text())
             if len(line) > MAX_WIDTH]
     assert not wide, "visible code lines over 88 characters:\n" + "\n".join(wide)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_cell_line_wider_than_88(page: Path) -> None:
+    """Hidden cells and cell metadata (figure captions) too; prose is exempt."""
+    text = page.read_text()
+    wide = [f"{page.name}:{n}: {len(line)} chars" for n, line in cell_lines(text) + metadata_lines(text)
+            if len(line) > MAX_WIDTH]
+    assert not wide, "code-cell and metadata lines over 88 characters:\n" + "\n".join(wide)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_cell_options_parse_and_captions_are_text(page: Path) -> None:
+    bad = []
+    for cell in code_cells(page.read_text()):
+        line = cell.options[0][0] if cell.options else (cell.code or [(0, "")])[0][0]
+        try:
+            metadata = cell.metadata()
+        except yaml.YAMLError as err:
+            bad.append(f"{page.name}:{line}: options do not parse as YAML: {err}")
+            continue
+        if not isinstance(metadata, dict):
+            bad.append(f"{page.name}:{line}: options are not a mapping: {metadata!r}")
+            continue
+        for caption in captions(metadata):
+            if not isinstance(caption, str) or not caption.strip():
+                bad.append(f"{page.name}:{line}: caption is not non-empty text: {caption!r}")
+    assert not bad, "\n".join(bad)
 
 
 def test_few_visible_glue_lines() -> None:

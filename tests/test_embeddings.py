@@ -193,3 +193,43 @@ def test_tied_bias_optimum_bias_and_means():
     assert abs(opt.diag_minus_diff - (b.diag - b.diff_topic)) < 1e-12
     assert abs(opt.same_minus_diff - (b.same_topic - b.diff_topic)) < 1e-12
     assert opt.diag_minus_diff > opt.same_minus_diff > 0
+
+
+# ---- block summaries -------------------------------------------------------------------
+
+
+def test_block_vector_reads_the_orbit_means():
+    rng = np.random.default_rng(1)
+    M = rng.normal(size=(D, D))
+    b = th.orbit_means(M, T, V_PER)
+    np.testing.assert_allclose(te.block_vector(M, T, V_PER),
+                               [b.diag, b.same_topic, b.diff_topic, b.mask_col])
+    np.testing.assert_allclose(te.block_vector(torch.from_numpy(M), T, V_PER),
+                               te.block_vector(M, T, V_PER))
+
+
+def test_topic_level_and_block_differences():
+    rng = np.random.default_rng(2)
+    M = rng.normal(size=(D, D))
+    b = te.block_vector(M, T, V_PER)
+    same_level = (b[0] + (V_PER - 1) * b[1]) / V_PER       # all same-topic pairs, diagonal too
+    np.testing.assert_allclose(te.topic_level(b, V_PER), [same_level, b[2], b[3]])
+    diffs = te.block_differences(M, T, V_PER)
+    np.testing.assert_allclose(diffs, [th.weighted_topic_gap(M, T, V_PER), b[0] - b[2], b[1] - b[2]])
+    # adding a constant changes no difference
+    np.testing.assert_allclose(te.block_differences(M + 3.0, T, V_PER), diffs, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.zeros((D - 1, D - 1)), np.zeros((D, D - 1)), np.zeros(D), "M"])
+def test_block_vector_rejects_bad_matrices(bad):
+    with pytest.raises(ValueError, match="matrix"):
+        te.block_vector(bad, T, V_PER)
+
+
+def test_topic_level_rejects_bad_input():
+    with pytest.raises(ValueError, match="blocks"):
+        te.topic_level(np.zeros(3), V_PER)
+    with pytest.raises(ValueError, match="words_per_topic"):
+        te.topic_level(np.zeros(4), 0)
+    with pytest.raises(ValueError, match="num_topics"):
+        te.block_differences(np.zeros((D, D)), 0, V_PER)

@@ -114,3 +114,17 @@ def test_plot_tracked_and_plot_attention():
     with pytest.raises(ValueError, match="axes"):
         plotting.plot_tracked(run, axes=plt.subplots(2, 1)[1])
     plt.close("all")
+
+
+def test_label_token_axes_labels_heatmaps_and_colour_bars():
+    fig = plotting.compare_heatmaps([np.eye(5), -np.eye(5)], ["a", "b"], 2)
+    assert plotting.label_token_axes(fig, "Gram entry") is fig
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    maps = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert bars and maps
+    assert all(ax.get_ylabel() == "Gram entry" for ax in bars)
+    assert all(ax.get_xlabel().startswith("token") and ax.get_ylabel() == "token" for ax in maps)
+    with pytest.raises(ValueError, match="fig"):
+        plotting.label_token_axes(maps[0])
+    with pytest.raises(ValueError, match="value"):
+        plotting.label_token_axes(fig, "")

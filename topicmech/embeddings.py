@@ -18,11 +18,13 @@ import torch
 
 from .model import OneLayerTransformer
 from .probes import TopicCosines, topic_cosines
+from .theory import orbit_means
 from .utils import check_matrix, check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
-    "topic_cosines", "topic_separation", "normalized_gram",
+    "topic_cosines", "topic_separation", "normalized_gram", "block_vector", "topic_level",
+    "block_differences",
 ]
 
 #: ``(steps, lr)`` per phase of chapter 3, for ``topicmech.train.train(phases=...)`` (Adam, batch 256).
@@ -108,3 +110,49 @@ def normalized_gram(gram: torch.Tensor | np.ndarray, words_per_topic: int) -> np
     if not scale > 0:
         raise ValueError(f"gram has a non-positive mean word norm {scale!r}")
     return G / scale
+
+
+def block_vector(matrix: torch.Tensor | np.ndarray, num_topics: int, words_per_topic: int) -> np.ndarray:
+    """The four block means of a ``(D, D)`` matrix (an embedding, its Gram matrix, ``W^V``).
+
+    ``[same word, same topic, different topic, [MASK] column]``: the means over the word
+    orbits and over the ``[MASK]`` column's word rows (:func:`topicmech.theory.orbit_means`).
+    """
+    M = check_matrix("matrix", matrix, square=True)
+    T = check_positive_int("num_topics", num_topics)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    if M.shape[0] != T * v + 1:
+        raise ValueError(f"matrix must have shape {(T * v + 1, T * v + 1)} for num_topics={T}, "
+                         f"words_per_topic={v}, got {M.shape}")
+    b = orbit_means(M, T, v)
+    return np.array([b.diag, b.same_topic, b.diff_topic, b.mask_col])
+
+
+def topic_level(blocks: np.ndarray, words_per_topic: int) -> np.ndarray:
+    """The block means a tied-head optimum pins down: ``[same topic, different topic, [MASK]]``.
+
+    ``blocks`` is a :func:`block_vector`. The same-topic level averages over all ``v``
+    words of a topic, the word itself included: ``(w_diag + (v - 1) w_same) / v``.
+    """
+    diag, same, diff, mask = _check_blocks(blocks)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    return np.array([(diag + (v - 1) * same) / v, diff, mask])
+
+
+def _check_blocks(blocks: np.ndarray) -> np.ndarray:
+    b = np.asarray(blocks, dtype=np.float64)
+    if b.shape != (4,):
+        raise ValueError(f"blocks must be a block_vector of shape (4,), got shape {b.shape}")
+    return b
+
+
+def block_differences(matrix: torch.Tensor | np.ndarray, num_topics: int, words_per_topic: int) -> np.ndarray:
+    """Differences of block means that a tied head with a bias determines, unlike the levels.
+
+    ``[weighted gap, same word - different topic, same topic - different topic]``; the
+    weighted gap is the first entry of :func:`topic_level` minus the second (the authors'
+    quantity, :func:`topicmech.theory.weighted_topic_gap`).
+    """
+    b = block_vector(matrix, num_topics, words_per_topic)
+    same_level, diff, _ = topic_level(b, words_per_topic)
+    return np.array([same_level - diff, b[0] - b[2], b[1] - b[2]])

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: plotting imports no ch
     from .word_pairs import AttentionStats
 
 __all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve", "plot_attention_gap",
-           "plot_embedding_thresholds", "plot_tracked", "plot_attention"]
+           "plot_embedding_thresholds", "plot_tracked", "plot_attention", "label_token_axes"]
 
 _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
                "#56b4e9"]
@@ -161,6 +161,25 @@ def compare_heatmaps(
         heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits,
                          colorbar_label=colorbar_label, mask_label_at=mask_label_at)
     fig.tight_layout()
+    return fig
+
+
+def label_token_axes(fig: plt.Figure, value: str = "inner product") -> plt.Figure:
+    """Label every heatmap of ``fig`` as token by token and every colour bar with ``value``.
+
+    For the ``(D, D)`` heatmaps of :func:`compare_heatmaps` (words sorted by topic, ``[MASK]``
+    last); returns ``fig``.
+    """
+    if not isinstance(fig, plt.Figure):
+        raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"value must be a non-empty label, got {value!r}")
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":
+            ax.set_ylabel(value, fontsize=8)
+        else:
+            ax.set_xlabel("token (sorted by topic, [MASK] last)", fontsize=8)
+            ax.set_ylabel("token", fontsize=8)
     return fig
 
 
