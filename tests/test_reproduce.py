@@ -171,6 +171,26 @@ def test_flattened() -> None:
         rp.flattened(steps, steps + 1.0, tol=-1)
 
 
+def test_timings_at_horizon_cut_the_curves_and_move_with_the_horizon() -> None:
+    steps = np.arange(0, 1001, 10)
+    v = 1 - np.exp(-steps / 50)                                # flat long before step 800
+    kq = np.where(steps < 600, 0.0, (steps - 600.0) ** 2)      # leaves zero at 600, keeps rising
+    norms = {"W_V": v, "W_K": kq, "W_Q": 2 * kq}
+    full, early = rp.timings_at_horizon(steps, norms, 1000), rp.timings_at_horizon(steps, norms, 800)
+    assert full["V_flat"] and early["V_flat"]
+    assert full["V_plateau"] == rp.leave_zero_step(steps, v, 0.9)
+    # 10% of the rise to the end: sqrt(0.1) of the way from 600 to the horizon
+    assert full["KQ_leave"] == 730 and early["KQ_leave"] == 670
+    assert not rp.timings_at_horizon(steps, {**norms, "W_V": steps / 1000.0}, 1000)["V_flat"]
+    flat_kq = rp.timings_at_horizon(steps, {**norms, "W_K": np.ones(101), "W_Q": np.ones(101)}, 900)
+    assert flat_kq["KQ_leave"] == 900                          # neither rises: the horizon
+    assert np.isnan(rp.timings_at_horizon(steps, {**norms, "W_V": np.ones(101)}, 900)["V_plateau"])
+    with pytest.raises(ValueError, match="W_Q"):
+        rp.timings_at_horizon(steps, {"W_V": v, "W_K": kq}, 1000)
+    with pytest.raises(ValueError, match="1200"):
+        rp.timings_at_horizon(steps, norms, 1200)
+
+
 def test_released_code_corpus_and_masks() -> None:
     tokens = rp.released_code_corpus(50, 0)
     ids = rp.RELEASED_IDS

@@ -69,3 +69,11 @@ def test_stored_file_matches_its_function(name):
     """Each stored file still holds what its recorded function computes, on its first seed."""
     stored = results.load(name)
     stored.check_rerun(results.rerun(stored), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_stored_file_was_written_from_a_clean_commit(name):
+    """A stored file's provenance names a commit that holds the code that wrote it: its script
+    ran from a committed tree, not one with uncommitted changes ("+dirty") or outside git."""
+    commit = results.load(name).provenance["commit"]
+    assert commit != "unknown" and not commit.endswith("+dirty"), f"results/{name}.json: commit {commit}"

@@ -30,7 +30,7 @@ from .utils import check_choice, check_float, check_positive_int, make_generator
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
            "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
-           "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "verdict", "DEEP_HORIZONS",
+           "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
            "deep_norm_metrics", "EMBEDDING_SETTINGS", "all_trained_metrics"]
 
 #: The authors' three attention categories, in the order of their table.
@@ -189,6 +189,34 @@ def flattened(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | np.nda
         raise ValueError(f"the curve spans {steps[-1] - steps[0]:g} steps, less than window={window}")
     before = float(np.interp(steps[-1] - window, steps, norms))
     return bool((norms[-1] - before) < tol * abs(norms[-1]))
+
+
+def timings_at_horizon(steps: Sequence[int] | np.ndarray, norms: dict[str, Sequence[float] | np.ndarray],
+                       horizon: int) -> dict[str, float | bool]:
+    """The stage timings of one run read as if it had stopped at ``horizon``.
+
+    ``norms`` maps ``"W_V"``, ``"W_K"``, ``"W_Q"`` to curves on ``steps``; each is cut at
+    ``horizon`` and the rules are taken relative to its value there (they are relative to the
+    end of the run, so the steps move with the horizon). Returns ``"V_flat"``
+    (:func:`flattened`), ``"V_plateau"`` (the step at which ``W^V`` has covered 90% of its rise,
+    NaN if it never rises) and ``"KQ_leave"`` (the earlier of the 10% steps of ``W^K`` and
+    ``W^Q``, :func:`leave_zero_step`; ``horizon`` when neither rises). ``ValueError`` for a
+    missing curve or a horizon outside ``steps``.
+    """
+    steps = np.asarray(steps, dtype=float)
+    missing = {"W_V", "W_K", "W_Q"} - set(norms)
+    if missing:
+        raise ValueError(f"norms must give W_V, W_K and W_Q, missing {sorted(missing)}")
+    horizon = check_positive_int("horizon", horizon)
+    if steps.ndim != 1 or len(steps) < 2 or not steps[0] < horizon <= steps[-1]:
+        raise ValueError(f"horizon must lie in ({steps[0]:g}, {steps[-1]:g}], got {horizon!r}")
+    keep = steps <= horizon
+    cut = {k: np.asarray(norms[k], dtype=float)[keep] for k in ("W_V", "W_K", "W_Q")}
+    plateau = leave_zero_step(steps[keep], cut["W_V"], 0.9)
+    leaves = [leave_zero_step(steps[keep], cut[k]) for k in ("W_K", "W_Q")]
+    return {"V_flat": flattened(steps[keep], cut["W_V"]),
+            "V_plateau": float("nan") if plateau is None else float(plateau),
+            "KQ_leave": float(min(horizon if x is None else x for x in leaves))}
 
 
 def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) -> str:

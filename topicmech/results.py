@@ -80,7 +80,10 @@ def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
                              capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        # the stored files themselves do not count: a script that writes several files
+        # would otherwise mark every file after its first as "+dirty"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)results"],
                                cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
