@@ -413,3 +413,34 @@ def test_visible_keys_lead_to_self_copying_under_adam(adam_visible):
         copiers += summary["self_attention_ratio"] > 1.5 and att[-1, 2] < att[:, 2].max() - 0.1
         assert summary["final_gap"] > summary["plateau_gap"] + 0.15, summary      # W^V leaves W*; >= 0.29
     assert copiers >= 6, copiers                                                  # measured 8 to 10 of 10
+
+
+def test_scale_sweep_seed_and_onset_amplitude():
+    out = dynamics.scale_sweep_seed(0, scales=(0.1, 0.01), steps=(40, 40), batch_size=16, probe_every=10,
+                                    conventions=("code",))
+    assert {"code.0.1.cross_0.1", "code.0.01.amplitude", "code.0.1.t_A", "code.0.01.A0_norm"} <= set(out)
+    # the same initial matrices at every scale: A_0 and the amplitude scale like eps^2
+    assert out["code.0.01.A0_norm"] == pytest.approx(out["code.0.1.A0_norm"] / 100, rel=1e-5)
+    assert out["code.0.01.amplitude"] == pytest.approx(out["code.0.1.amplitude"] / 100, rel=1e-5)
+    assert out["code.0.1.amplitude"] > 0                             # a Gram matrix's contrast
+    with pytest.raises(ValueError, match="scales and steps"):
+        dynamics.scale_sweep_seed(0, scales=(0.1,), steps=(10, 20))
+    with pytest.raises(ValueError, match="conventions"):
+        dynamics.scale_sweep_seed(0, scales=(0.1,), steps=(10,), conventions=("paper",))
+    with pytest.raises(ValueError, match="run must be a JointRun"):
+        dynamics.onset_amplitude("run", [0, 0, 1, 1])
+
+
+def test_growing_topic_contrast_and_onset_step():
+    topic = np.repeat(np.arange(3), 2)
+    rng = np.random.default_rng(0)
+    K, Q = rng.normal(size=(7, 7)), rng.normal(size=(7, 7))
+    a = probes.growing_topic_contrast(K, Q, topic)
+    assert a > 0
+    # antisymmetric start (W_Q = -W_K): nothing grows
+    assert probes.growing_topic_contrast(K, -K, topic) == pytest.approx(0, abs=1e-12)
+    assert traces.onset_step(0.1, 0.001, 0.01) == pytest.approx(math.log(100) / 0.01)
+    with pytest.raises(ValueError, match="amplitude"):
+        traces.onset_step(0.1, -1.0, 0.01)
+    with pytest.raises(ValueError, match="W_K and W_Q"):
+        probes.growing_topic_contrast(K[:, :3], Q[:, :3], topic)

@@ -623,3 +623,22 @@ def test_chapter8_authors_metric_other_seed(encoder_and_corpora, seed):
     diff = pre.attention_ratio - ctl.attention_ratio
     assert diff.mean() > 0.1 and (diff > 0).sum() >= 5, diff
     assert (ctl.attention_ratio - 1).abs().max() < 0.02
+
+
+def test_attention_significance_normal_and_resampled():
+    from topicmech.word_pairs import attention_stats_from_sums
+    rng = np.random.default_rng(0)
+    counts = np.full((40, 4), 10.0)
+    sums = rng.normal(1.0, 0.3, size=(40, 4, 2, 3)) * 10
+    sums[:, 2, 0, 0] += 5.0                                  # one head with a clear same-topic excess
+    st = attention_stats_from_sums(sums, counts, n_boot=2000, seed=0)
+    normal = st.significant(0.05, method="normal")
+    assert normal[0, 0] == 1
+    # the normal interval needs no tail replicates: a tiny alpha is fine
+    st.significant(1e-6, method="normal")
+    with pytest.raises(ValueError, match="method"):
+        st.significant(0.05, method="student")
+    again = st.resampled(1)
+    np.testing.assert_array_equal(again.gap, st.gap)        # the means do not change
+    assert not np.array_equal(again.boot_gap, st.boot_gap)  # the replicates do
+    assert st.resampled(0, n_boot=2000).boot_gap.shape == st.boot_gap.shape

@@ -31,6 +31,7 @@ from .probes import (
     AttentionByRelation,
     attention_by_relation,
     block_means,
+    growing_topic_contrast,
     relation_reader,
     topic_contrasts,
 )
@@ -44,7 +45,7 @@ __all__ = [
     "value_gap", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
     "run_summary", "joint_metrics", "weight_probes", "weight_timings", "stage_metrics", "two_stage_seed",
-    "CONVENTIONS", "CURVE_EVERY",
+    "CONVENTIONS", "CURVE_EVERY", "onset_amplitude", "scale_sweep_seed", "SWEEP_METRICS",
 ]
 
 _Loss = Literal["squared", "cross_entropy"]
@@ -291,6 +292,12 @@ class JointRun:
         return JointRun(self.model, cut, self.W_star, times, {**self.config, "steps": steps})
 
 
+def _initial_model(num_tokens: int, init_scale: float, attend_to_masked: bool, seed: int) -> OneLayerTransformer:
+    """The model :func:`train_joint` starts from."""
+    return OneLayerTransformer(num_tokens, attention="learned", value="learned", init_scale=init_scale,
+                               attend_to_masked=attend_to_masked, seed=seed)
+
+
 def train_joint(
     setting: Setting, *, topic_model: TopicModel | None = None, steps: int,
     optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None, init_scale: float = 0.1,
@@ -322,8 +329,7 @@ def train_joint(
         lr = theory.stage1_sgd_lr(lam_max, loss=loss)
     if W_star is None and isinstance(topic_model, SimplifiedTopicModel):
         W_star = theory.optimal_value_matrix(setting)
-    model = OneLayerTransformer(topic_model.num_tokens, attention="learned", value="learned",
-                                init_scale=init_scale, attend_to_masked=attend_to_masked, seed=seed)
+    model = _initial_model(topic_model.num_tokens, init_scale, attend_to_masked, seed)
     probes = standard_probes(topic_model, W_star, heldout_batch(topic_model, num_heldout, doc_len, seed=heldout_seed))
     probes.update(weight_probes(model))
     config = dict(doc_len=doc_len, steps=steps, optimizer=optimizer, lr=lr, init_scale=init_scale,
@@ -495,4 +501,65 @@ def two_stage_seed(seed: int, *, sgd_steps: int, adam_steps: int, sgd_lr: float 
             uniform_loss = theory.population_loss(run.W_star, *theory.moments(setting))
             metrics = stage_metrics(run, uniform_loss=uniform_loss)
             out.update({f"{optimizer}.{name}.{k}": v for k, v in metrics.items()})
+    return out
+
+
+def onset_amplitude(run: JointRun, topic_of_word: torch.Tensor | np.ndarray) -> float:
+    """Topic contrast that the exponential phase of stage 2 starts from, at the run's initialisation.
+
+    :func:`topicmech.probes.growing_topic_contrast` of the initial ``W^K``, ``W^Q`` of a
+    :func:`train_joint` run (rebuilt from its seed and initial scale): under plain SGD the topic
+    contrast of ``A`` grows like this amplitude times ``exp(r_2 t)``, whatever the sign of the
+    initial ``A``'s own contrast (its antisymmetric part, ``(W^K - W^Q)``, decays).
+    """
+    if not isinstance(run, JointRun):
+        raise ValueError(f"run must be a JointRun, got {type(run).__name__}")
+    c = run.config
+    m = _initial_model(run.model.num_tokens, c["init_scale"], c["attend_to_masked"], c["seed"])
+    return growing_topic_contrast(m.W_K.detach(), m.W_Q.detach(), topic_of_word)
+
+
+#: What :func:`scale_sweep_seed` keeps of :func:`stage_metrics` for each run.
+SWEEP_METRICS = ("t_V", "t_A", "ratio", "W_V_leave", "W_K_leave", "W_Q_leave", "W_V_norm_start",
+                 "W_V_norm_end", "W_K_norm_end", "topic_attention_ratio", "self_attention_ratio",
+                 "growth_rate", "copier")
+
+
+def scale_sweep_seed(seed: int, *, scales: Sequence[float], steps: Sequence[int], lr: float = 10.0,
+                     batch_size: int = 128, probe_every: int = 10, levels: Sequence[float] = (0.02, 0.1, 0.3),
+                     num_topics: int = 5, words_per_topic: int = 4, topics_per_doc: int = 2,
+                     doc_len: int = 20, conventions: Sequence[str] = ("code", "theory")) -> dict[str, float]:
+    """Plain-SGD joint training of one seed at several initial scales, as numbers for stored results.
+
+    For each convention of :data:`CONVENTIONS` in ``conventions`` and each ``scales[i]`` (trained
+    for ``steps[i]``), under the prefix ``"<convention>.<scale:g>."``: the :data:`SWEEP_METRICS`
+    of :func:`stage_metrics`; ``"cross_<level:g>"``, the first probed step at which the topic
+    contrast of ``A`` reaches ``level`` (the last step, with ``"crossed_<level:g>"`` 0.0, if it
+    never does; else 1.0); ``"kq_at_t_A"``, that contrast at ``t_A``; ``"A0_norm"`` and
+    ``"A0_contrast"``, ``||A||_F`` and its topic contrast at step 0; and ``"amplitude"``, the
+    :func:`onset_amplitude`. The same seed draws the same initial matrices at every scale.
+    """
+    if len(scales) == 0 or len(scales) != len(steps):
+        raise ValueError(f"scales and steps must be non-empty and of equal length, got {scales!r}, {steps!r}")
+    unknown = [c for c in conventions if c not in CONVENTIONS]
+    if unknown or not conventions:
+        raise ValueError(f"conventions must be a non-empty subset of {tuple(CONVENTIONS)}, got {conventions!r}")
+    data = SimplifiedTopicModel(num_topics, words_per_topic, topics_per_doc)
+    out: dict[str, float] = {}
+    for name in conventions:
+        setting = Setting(num_topics, words_per_topic, topics_per_doc, doc_len, attend_to_masked=CONVENTIONS[name])
+        for scale, n in zip(scales, steps):
+            run = train_joint(setting, steps=n, optimizer="sgd", lr=lr, init_scale=scale,
+                              batch_size=batch_size, seed=seed, probe_every=probe_every)
+            metrics = stage_metrics(run)
+            row = {k: float(metrics[k]) for k in SWEEP_METRICS}
+            s, contrast = run.steps, run.probe("kq_same_topic")
+            for level in levels:
+                hit = np.nonzero(contrast >= level)[0]
+                row[f"cross_{level:g}"] = float(s[hit[0]] if hit.size else s[-1])
+                row[f"crossed_{level:g}"] = float(hit.size > 0)
+            row["kq_at_t_A"] = float(np.interp(row["t_A"], s, contrast))
+            row["A0_norm"], row["A0_contrast"] = float(run.probe("kq_norm")[0]), float(contrast[0])
+            row["amplitude"] = onset_amplitude(run, data.topic_of_word)
+            out.update({f"{name}.{scale:g}.{k}": v for k, v in row.items()})
     return out

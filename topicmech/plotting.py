@@ -198,15 +198,16 @@ def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None =
 
 
 def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, title: str = "", alpha: float = 0.05,
-                       vmax: float | None = None) -> plt.Axes:
+                       vmax: float | None = None, method: Literal["percentile", "normal"] = "percentile") -> plt.Axes:
     """Layer-by-head heatmap of the attention ``gap`` with colour limit ``vmax`` (default: the largest
-    absolute gap); ``+`` (``-``) marks heads whose Bonferroni-corrected interval lies above (below) 0."""
+    absolute gap); ``+`` (``-``) marks heads whose Bonferroni-corrected interval (``method`` of
+    :meth:`~topicmech.word_pairs.AttentionStats.significant`) lies above (below) 0."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6.0, 3.2))
     g = stats.gap
     v = vmax if vmax is not None else float(np.nanmax(np.abs(g)))
     im = ax.imshow(g, cmap="RdBu_r", vmin=-v, vmax=v, aspect="auto")
-    for (layer, h), s in np.ndenumerate(stats.significant(alpha)):
+    for (layer, h), s in np.ndenumerate(stats.significant(alpha, method=method)):
         if s:
             ax.text(h, layer, "+" if s > 0 else "\u2212", ha="center", va="center", fontsize=9,
                     color="white" if abs(g[layer, h]) > 0.6 * v else "black")

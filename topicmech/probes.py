@@ -17,7 +17,8 @@ from .utils import as_float64, check_matrix, check_positive_int
 
 __all__ = ["BlockMeans", "block_means", "relation_masks", "TopicCosines", "topic_cosines", "topic_eigenvalue", "topic_growth_eigenvalue", "attention_by_relation",
            "AttentionByRelation", "ATTENTION_FIELDS",
-           "pair_relations", "masked_means", "relation_reader", "topic_contrasts"]
+           "pair_relations", "masked_means", "relation_reader", "topic_contrasts",
+           "growing_topic_contrast"]
 
 
 class BlockMeans(NamedTuple):
@@ -70,6 +71,33 @@ def topic_contrasts(A: torch.Tensor | np.ndarray, topic_of_word: torch.Tensor | 
     """
     m = block_means(A, topic_of_word)
     return {"same_word": m.diag - m.diff_topic, "same_topic": m.same_topic - m.diff_topic}
+
+
+def growing_topic_contrast(W_K: torch.Tensor | np.ndarray, W_Q: torch.Tensor | np.ndarray,
+                           topic_of_word: torch.Tensor | np.ndarray) -> float:
+    """Topic contrast of the part of ``A = W_K^T W_Q / sqrt(d)`` that grows in stage 2 (one-hot inputs).
+
+    With ``P`` the projector on word vectors constant within topics and summing to zero (the
+    topic eigenspace of the orbit-averaged stage-2 gradient), plain SGD near ``A = 0`` makes
+    ``S = (W_K + W_Q) P`` grow and ``(W_K - W_Q) P`` decay, so ``P A P`` tends to
+    ``S^T S / (4 sqrt(d))`` times the growth factor: the amplitude that the exponential phase
+    starts from. ``W_K``, ``W_Q`` have shape ``(d, D)`` with ``D`` the words, or the words and
+    ``[MASK]`` last (which ``P`` leaves out). Returns the ``"same_topic"`` entry of
+    :func:`topic_contrasts` of ``S^T S / (4 sqrt(d))`` (positive: it is a Gram matrix).
+    """
+    K, Q = as_float64(W_K), as_float64(W_Q)
+    V = len(topic_of_word)
+    if K.ndim != 2 or K.shape != Q.shape or K.shape[1] not in (V, V + 1):
+        raise ValueError(f"W_K and W_Q must share a shape (d, {V}) or (d, {V + 1}), got "
+                         f"{tuple(K.shape)} and {tuple(Q.shape)}")
+    t = torch.as_tensor(topic_of_word).cpu().numpy()
+    counts = np.bincount(t)
+    if counts.size < 2 or not np.all(counts == counts[0]):
+        raise ValueError("topic_of_word must describe at least two topics of equal size")
+    P = np.zeros((K.shape[1], K.shape[1]))
+    P[:V, :V] = (t[:, None] == t[None, :]) / counts[0] - 1.0 / V
+    S = (np.asarray(K) + np.asarray(Q)) @ P
+    return topic_contrasts(S.T @ S / (4.0 * math.sqrt(K.shape[0])), topic_of_word)["same_topic"]
 
 
 class AttentionByRelation(NamedTuple):

@@ -14,7 +14,8 @@ import numpy as np
 
 from .utils import check_float, check_positive_int
 
-__all__ = ["loglog_slope", "closing_step", "reaching_step", "growth_rate", "predicted_growth_rate"]
+__all__ = ["loglog_slope", "closing_step", "reaching_step", "growth_rate", "predicted_growth_rate",
+           "onset_step"]
 
 _Trace = Sequence[float] | np.ndarray
 
@@ -118,3 +119,17 @@ def predicted_growth_rate(lr: float, eigenvalue: float, d_model: int) -> float:
     if not math.isfinite(lam):
         raise ValueError(f"eigenvalue must be a finite float, got {eigenvalue!r}")
     return 2.0 * lr * lam / math.sqrt(check_positive_int("d_model", d_model))
+
+
+def onset_step(level: float, amplitude: float, rate: float) -> float:
+    """Steps for ``amplitude * exp(rate * t)`` to reach ``level``: ``ln(level / amplitude) / rate``.
+
+    The linear-phase prediction of when stage 2 shows, e.g. with ``amplitude`` from
+    :func:`topicmech.probes.growing_topic_contrast` and ``rate`` from :func:`predicted_growth_rate`;
+    all three must be positive.
+    """
+    for name, x in (("level", level), ("amplitude", amplitude), ("rate", rate)):
+        if not (isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+                and math.isfinite(float(x)) and float(x) > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {x!r}")
+    return math.log(float(level) / float(amplitude)) / float(rate)

@@ -231,6 +231,8 @@ class AttentionStats:
     num_docs: int
     num_chunks: int
     pieces: str
+    sums: np.ndarray | None = field(default=None, repr=False)
+    counts: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -242,16 +244,34 @@ class AttentionStats:
         """``same_topic / diff_topic``, shape (L, H)."""
         return self.same_topic / self.diff_topic
 
-    def significant(self, alpha: float = 0.05, *, correction: Literal["bonferroni", "none"] = "bonferroni") -> np.ndarray:
+    def significant(self, alpha: float = 0.05, *, correction: Literal["bonferroni", "none"] = "bonferroni",
+                    method: Literal["percentile", "normal"] = "percentile") -> np.ndarray:
         """+1 / -1 / 0 per head where the interval of ``gap`` at level ``1 - alpha`` (Bonferroni: ``1 - alpha / (L H)``)
-        lies above / below / around 0; ``ValueError`` if the replicates cannot resolve that level."""
+        lies above / below / around 0. ``method="percentile"``: the percentile interval of the replicates
+        (``ValueError`` if they cannot resolve that level); ``"normal"``: ``gap`` plus or minus the normal quantile
+        times the bootstrap standard error of ``gap`` (the standard deviation of the replicates), which rests on all
+        replicates rather than on the few beyond a small tail."""
         m = self.gap.size if check_choice("correction", correction, ("bonferroni", "none")) == "bonferroni" else 1
         tail = check_probability("alpha", alpha) / m / 2.0
+        if check_choice("method", method, ("percentile", "normal")) == "normal":
+            from scipy import stats as _stats  # lazy, as in topicmech.stats
+            half = float(_stats.norm.isf(tail)) * np.nanstd(self.boot_gap, axis=0, ddof=1)
+            lo, hi = self.gap - half, self.gap + half
+            return np.where(lo > 0, 1, np.where(hi < 0, -1, 0))
         if tail * self.boot_gap.shape[0] < 2:
             raise ValueError(f"n_boot={self.boot_gap.shape[0]} is too small for a two-sided tail of {tail:.2g}; "
                              f"use n_boot >= {int(np.ceil(2 / tail))}")
         lo, hi = _percentile_ci(self.boot_gap, 1.0 - 2.0 * tail)
         return np.where(lo > 0, 1, np.where(hi < 0, -1, 0))
+
+    def resampled(self, seed: int, *, n_boot: int | None = None) -> AttentionStats:
+        """The same statistics with fresh bootstrap replicates (``seed``; ``n_boot`` defaults to this one's count),
+        from the per-document sums kept by :func:`attention_stats_from_sums`: the means do not change, the interval
+        and :meth:`significant` may."""
+        if self.sums is None or self.counts is None:
+            raise ValueError("these AttentionStats keep no per-document sums (build them with attention_stats_from_sums)")
+        return attention_stats_from_sums(self.sums, self.counts, n_boot=n_boot or self.boot_gap.shape[0],
+                                         level=self.level, seed=seed, num_chunks=self.num_chunks, pieces=self.pieces)
 
     def to_frame(self) -> pd.DataFrame:
         """Long table, one row per (layer, head)."""
@@ -281,4 +301,4 @@ def attention_stats_from_sums(sums: np.ndarray, counts: np.ndarray, *, n_boot: i
     lo, hi = _percentile_ci(bs - bd, level)
     return AttentionStats(*means, means[2] - means[3], lo, hi, bs - bd, level,
                           {r: int(tot_n[i]) for i, r in enumerate(RELATIONS)}, int(S.shape[0]),
-                          int(num_chunks if num_chunks is not None else S.shape[0]), pieces)
+                          int(num_chunks if num_chunks is not None else S.shape[0]), pieces, S, N)
