@@ -235,3 +235,45 @@ def test_defaults_learn_on_newsgroups():
     assert abs(r["untrained_attention"] - 1.0) <= 0.1, r
     # the frequency-matched null, on the cosine gap (40 topic words: the shuffled ratios are noisy)
     assert r["final_cosine_gap"] > r["shuffled_cosine_gap"] + 0.1, r
+
+
+# ---- the small standard encoder -------------------------------------------------------------------------------
+def test_word_encoder_untrained(text):
+    _, lda, docs = text
+    run = rt.train_word_encoder(docs, attend_to_masked=True, steps=0, seed=1)
+    assert isinstance(run.model, rt.WordEncoder) and run.model.config.num_hidden_layers == 2
+    assert run.model.config.vocab_size == docs.num_tokens + 1                  # words, [MASK], [PAD]
+    assert run.embeddings.shape == (docs.vocab_size, 64) and run.steps.tolist() == [0]
+    x = docs.tokens[:3]
+    assert run.model(x).shape == (3, docs.seq_len, docs.num_tokens)
+    assert run.model.layer_patterns(x).shape == (2, 3, docs.seq_len, docs.seq_len)
+    r = rt.topic_ratios(run, docs, lda)
+    assert {"attention_layer_0", "attention_layer_1"} <= set(r)
+    assert abs(r["attention"] - 1.0) < 0.02 and abs(r["cosine_gap"]) < 0.05, r
+    again = rt.train_word_encoder(docs, attend_to_masked=True, steps=0, seed=1)
+    np.testing.assert_array_equal(run.embeddings, again.embeddings)              # seeded
+    # the released code's convention: selected positions get no attention
+    hidden = rt.train_word_encoder(docs, attend_to_masked=False, steps=0, seed=1).model
+    sel = torch.zeros(x.shape, dtype=torch.bool)
+    sel[:, ::4] = True
+    assert float(hidden.attention_pattern(x, sel).detach()[:, :, ::4].abs().max()) == 0.0
+    with pytest.raises(ValueError, match="multiple of heads"):
+        rt.WordEncoder(docs.num_tokens, max_len=64, attend_to_masked=True, hidden=10, heads=3)
+    with pytest.raises(ValueError, match="steps"):
+        rt.train_word_encoder(docs, attend_to_masked=True, steps=-1)
+    with pytest.raises(ValueError, match="documents"):
+        rt.train_word_encoder("docs", attend_to_masked=True)
+
+
+def test_word_encoder_learns_topic_embeddings(text):
+    """Through the one training loop, the encoder's loss falls and its input embeddings learn the topics; a
+    shorter run from the same seed retraces the start of a longer one."""
+    _, lda, docs = text
+    wt = rt.topic_words(docs, lda)
+    run = rt.train_word_encoder(docs, attend_to_masked=True, steps=200, seed=0, word_topics=wt, probe_every=20)
+    loss = np.asarray(run.history.loss)
+    assert loss[-20:].mean() < loss[:20].mean() - 0.5, (loss[:20].mean(), loss[-20:].mean())
+    r = rt.topic_ratios(run, docs, word_topics=wt, seed=5)
+    assert r["embedding_cosine"] >= 1.5 and r["cosine_gap"] > 0.1, r
+    short = rt.train_word_encoder(docs, attend_to_masked=True, steps=60, seed=0, word_topics=wt, probe_every=20)
+    np.testing.assert_allclose(short.probe("cosine_gap"), run.probe("cosine_gap")[:4], rtol=1e-4, atol=1e-6)
