@@ -277,3 +277,34 @@ def test_word_encoder_learns_topic_embeddings(text):
     assert r["embedding_cosine"] >= 1.5 and r["cosine_gap"] > 0.1, r
     short = rt.train_word_encoder(docs, attend_to_masked=True, steps=60, seed=0, word_topics=wt, probe_every=20)
     np.testing.assert_allclose(short.probe("cosine_gap"), run.probe("cosine_gap")[:4], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_stored_results_support_chapter_9():
+    """The stored multi-seed files behind chapter 9's claims hold them (the same bars as the page's asserts),
+    and a rerun of seed 1 of the chapter's run (the page reruns seed 0) matches its stored record. About
+    half a minute on one quiet core."""
+    from topicmech import results
+
+    stages, small = results.load("realtext_stages"), results.load("realtext_stages_small_init")
+    assert stages.values("final_embedding_cosine").min() >= 1.5
+    assert stages.values("final_attention").min() >= 1.2
+    assert stages.values("shuffled_attention").max() < stages.values("final_attention").min()
+    assert np.abs(stages.values("untrained_attention") - 1).max() < 0.01
+    assert stages.values("two_stages").sum() >= 0.8 * len(stages.seeds)
+    assert small.values("two_stages").sum() >= 8
+    assert (small.values("t_embedding") < small.values("t_attention")).all()
+    lee = results.load("realtext_lee")
+    assert lee.values("final_embedding_cosine").min() >= 1.5 and lee.values("final_attention").min() >= 1.2
+    assert lee.values("final_cosine_gap").min() > lee.values("shuffled_cosine_gap").max() + 0.2
+    for name in ("realtext_value_visible", "realtext_value_hidden"):
+        v = results.load(name)
+        gap_star, gap_trained = v.values("gap_star"), v.values("gap_trained")
+        assert v.values("excess").max() < 0.1 and v.values("corr").min() >= 0.75, name
+        assert (gap_star > 0).all() and (np.abs(gap_trained - gap_star) < 0.2 * gap_star).all(), name
+    enc = results.load("realtext_encoder")
+    assert enc.values("final_cosine_gap").min() > enc.values("shuffled_cosine_gap").max() + 0.2
+    assert enc.interval("final_attention").hi < 1
+    assert stages.values("final_attention").min() > enc.values("final_attention").max() + 0.1
+    row = results.rerun(stages, seeds=[1])[0]
+    stages.check_rerun([{k: v for k, v in row.items() if k != "num_words"}], rtol=1e-3, atol=1e-5)
