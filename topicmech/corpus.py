@@ -1,4 +1,5 @@
-"""Real text and its topics (chapter 8): the gensim Wikipedia sample and Lee corpus, cleaning and LDA
+"""Real text and its topics (chapter 8): the gensim Wikipedia sample and Lee corpus (and its mini 20-newsgroups
+sample, which the book leaves unseen for the tests of the package's defaults), cleaning and LDA
 tokens, any list of strings as a :class:`Corpus`, seeded LDA fits and maps from words to topics.
 
 The modules of chapter 8 import one way: :mod:`topicmech.alignment` (WordPieces to words) and
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import bz2
 import hashlib
+import io
 import itertools
 import json
 import os
+import pickle
 import re
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "WIKI_SAMPLE", "LEE_SAMPLE", "Corpus", "clean_wiki_markup", "lda_tokenize", "strip_accents",
-    "load_wikipedia_sample", "load_lee_corpus", "corpus_from_texts", "WordTopics", "FittedLDA", "fit_lda",
+    "load_wikipedia_sample", "load_lee_corpus", "NEWSGROUP_SAMPLE", "strip_newsgroup_post", "load_newsgroups",
+    "corpus_from_texts", "WordTopics", "FittedLDA", "fit_lda",
     "top_fraction_count", "top_topic_words", "forked_map",
 ]
 
@@ -39,6 +44,9 @@ __all__ = [
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 #: File name of the Lee background corpus in gensim's test data (300 news articles, one per line).
 LEE_SAMPLE = "lee_background.cor"
+#: File name of gensim's mini 20-newsgroups sample (200 posts of alt.atheism and sci.space: a zlib-compressed
+#: Python-2 pickle of a scikit-learn ``Bunch``).
+NEWSGROUP_SAMPLE = "mini_newsgroup"
 
 _WIKI_NOISE = [(re.compile(r"^\s*=+[^=\n]*=+\s*$", re.MULTILINE), " "),                     # headings
                (re.compile(r"^\s*(File|Image):[^\n]*$", re.MULTILINE | re.IGNORECASE), " "),  # galleries
@@ -144,6 +152,58 @@ def load_lee_corpus(path: str | os.PathLike | None = None) -> Corpus:
     if not texts:
         raise ValueError(f"the corpus file {str(p)!r} holds no non-empty line")
     return Corpus("lee", tuple(texts), tuple(f"lee-{i:03d}" for i in range(len(texts))))
+
+
+_QUOTE_LINE = re.compile(r"^\s*(>|\|>|:)|(writes|wrote|says|said)\s*:\s*$|^\s*in article\b", re.IGNORECASE)
+
+
+def strip_newsgroup_post(post: str) -> str:
+    """A Usenet post without its header block (everything up to the first blank line, the ``Subject:``
+    kept as the first line, ``Re:`` prefixes dropped), quoted lines (``>``, ``|>``, ``:`` and the
+    "In article ... writes:" attributions) and a signature after a final ``--`` line, as one line of text."""
+    head, sep, body = post.partition("\n\n")
+    if not sep:                                            # no blank line: no header block to strip
+        head, body = "", post
+    subject = next((ln.split(":", 1)[1] for ln in head.splitlines() if ln.lower().startswith("subject:")), "")
+    subject = re.sub(r"^(\s*re\s*:)+", "", subject.strip(), flags=re.IGNORECASE).strip()
+    lines = body.splitlines()
+    cut = [i for i, ln in enumerate(lines) if ln.strip() in ("--", "-- ")]
+    if cut:
+        lines = lines[:cut[-1]]
+    kept = [ln for ln in lines if not _QUOTE_LINE.search(ln)]
+    return " ".join(" ".join([subject, *kept]).split())
+
+
+class _BunchUnpickler(pickle.Unpickler):
+    """Reads scikit-learn's ``Bunch`` as a plain ``dict`` (scikit-learn need not be installed)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("sklearn.") and name == "Bunch":
+            return dict
+        return super().find_class(module, name)
+
+
+def load_newsgroups(path: str | os.PathLike | None = None, *, min_words: int = 20) -> Corpus:
+    """gensim's mini 20-newsgroups sample (:data:`NEWSGROUP_SAMPLE`: 200 posts to alt.atheism and sci.space) or
+    another file of that format, each post through :func:`strip_newsgroup_post`, posts of fewer than
+    ``min_words`` words dropped; titles ``"<newsgroup>-<i>"``. ``FileNotFoundError`` for a missing file,
+    ``ValueError`` for one that is not such a pickle or holds no post of ``min_words`` words."""
+    check_positive_int("min_words", min_words)
+    p = _data_file(path, NEWSGROUP_SAMPLE, "newsgroups sample")
+    try:
+        bunch = _BunchUnpickler(io.BytesIO(zlib.decompress(p.read_bytes())), encoding="latin1").load()
+        posts, target, names = list(bunch["data"]), np.asarray(bunch["target"]), list(bunch["target_names"])
+    except (zlib.error, pickle.UnpicklingError, EOFError, KeyError, TypeError) as err:
+        raise ValueError(f"{str(p)!r} is not a zlib-compressed pickle of a newsgroups Bunch: {err}") from None
+    texts, titles = [], []
+    for i, (post, t) in enumerate(zip(posts, target)):
+        text = strip_newsgroup_post(str(post))
+        if len(text.split()) >= min_words:
+            texts.append(text)
+            titles.append(f"{names[int(t)]}-{i:03d}")
+    if not texts:
+        raise ValueError(f"no post with at least min_words={min_words} words in {str(p)!r}")
+    return Corpus("newsgroups", tuple(texts), tuple(titles))
 
 
 def corpus_from_texts(texts: Iterable[str], *, name: str = "custom", titles: Sequence[str] | None = None) -> Corpus:

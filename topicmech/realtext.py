@@ -25,8 +25,18 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, load_lee_corpus, load_wikipedia_sample, top_fraction_count
+from .corpus import (
+    Corpus,
+    FittedLDA,
+    WordTopics,
+    fit_lda,
+    load_lee_corpus,
+    load_newsgroups,
+    load_wikipedia_sample,
+    top_fraction_count,
+)
 from .data import bert_mask
 from .model import OneLayerTransformer
 from .pretrained import authors_metric, load_encoder, random_encoder
@@ -41,14 +51,15 @@ from .theory import (
     value_block_coefficients,
 )
 from .train import History, train
-from .utils import check_float, check_positive_int, check_seed, numpy_rng, spawn_seeds
+from .utils import check_float, check_positive_int, check_seed, numpy_rng, shift_seed, spawn_seeds
 from .word_pairs import embedding_ratios, shares_topic
 
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
-    "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR",
+    "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR", "WordEncoder",
+    "train_word_encoder", "encoder_run",
 ]
 
 #: The authors' two larger "ambiguity thresholds" (fractions of the LDA vocabulary kept per topic) that
@@ -222,33 +233,55 @@ class TopicRatioReader:
         masks = torch.stack([same, diff]).flatten(1).to(torch.float64)                  # (2, B N N)
         self._weights = masks / masks.sum(1, keepdim=True).clamp_min(1.0)
 
-    def attention(self, model: OneLayerTransformer) -> tuple[float, float]:
-        """Mean attention over same-topic and over different-topic pairs (nan without pairs)."""
+    def attention(self, model: OneLayerTransformer | WordEncoder) -> tuple[float, float]:
+        """Mean attention over same-topic and over different-topic pairs (nan without pairs); for a
+        :class:`WordEncoder`, of its pattern averaged over layers and heads."""
         with torch.no_grad():
-            pattern = model.attention_pattern(self.inputs)                              # (B, query, key)
+            return self._pair_means(model.attention_pattern(self.inputs))               # (B, query, key)
+
+    def _pair_means(self, pattern: torch.Tensor) -> tuple[float, float]:
         same, diff = (self._weights @ pattern.reshape(-1).to(torch.float64)).tolist()
         return (same if self.num_pairs[0] else math.nan, diff if self.num_pairs[1] else math.nan)
 
-    def __call__(self, model: OneLayerTransformer) -> dict[str, float]:
-        if not isinstance(model, OneLayerTransformer) or model.embedding != "learned":
-            raise ValueError(f"model must be a OneLayerTransformer with learned embeddings, got {model!r}")
-        with torch.no_grad():
-            X = model.W_E.T[self.ids].detach().to(torch.float64).numpy()                # (n, d)
+    def __call__(self, model: OneLayerTransformer | WordEncoder) -> dict[str, float]:
+        X = _word_vectors(model)[self.ids].to(torch.float64).numpy()                     # (n, d)
         er = {k: math.nan for k in ("cosine_ratio", "dot_ratio", "cosine_same", "cosine_diff", "dot_same", "dot_diff")}
         with contextlib.suppress(ValueError):                                            # a relation without pairs
             er = embedding_ratios(X, self.membership)
-        a_same, a_diff = self.attention(model)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            att = float(np.float64(a_same) / np.float64(a_diff))
+        layers: dict[str, float] = {}
+        if isinstance(model, WordEncoder):                     # one forward pass for every layer and the mean
+            with torch.no_grad():
+                patterns = model.layer_patterns(self.inputs)                             # (L, B, query, key)
+            a_same, a_diff = self._pair_means(patterns.mean(0))
+            layers = {f"attention_layer_{i}": _ratio(*self._pair_means(p)) for i, p in enumerate(patterns)}
+        else:
+            a_same, a_diff = self.attention(model)
         return {"embedding_cosine": float(er["cosine_ratio"]), "embedding_dot": float(er["dot_ratio"]),
-                "attention": att, "cosine_gap": float(er["cosine_same"] - er["cosine_diff"]),
+                "attention": _ratio(a_same, a_diff), "cosine_gap": float(er["cosine_same"] - er["cosine_diff"]),
                 "cosine_same": float(er["cosine_same"]), "cosine_diff": float(er["cosine_diff"]),
                 "dot_same": float(er["dot_same"]), "dot_diff": float(er["dot_diff"]), "attention_same": a_same,
                 "attention_diff": a_diff, "num_words": len(self.words), "attention_pairs_same": self.num_pairs[0],
-                "attention_pairs_diff": self.num_pairs[1]}
+                "attention_pairs_diff": self.num_pairs[1], **layers}
 
 
-def topic_ratios(model: OneLayerTransformer | WordMLM, documents: WordDocuments, lda: FittedLDA | None = None, *,
+def _ratio(same: float, diff: float) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(same) / np.float64(diff))
+
+
+def _word_vectors(model: nn.Module) -> torch.Tensor:
+    """The input token vectors, one row per token id, shape ``(D, d)``, detached: ``W_E^T`` of a
+    one-layer model with learned embeddings, the word-embedding table of a :class:`WordEncoder`."""
+    if isinstance(model, WordEncoder):
+        return model.word_vectors()
+    if not isinstance(model, OneLayerTransformer) or model.embedding != "learned":
+        raise ValueError(f"model must be a OneLayerTransformer with learned embeddings or a WordEncoder, "
+                         f"got {model!r}")
+    with torch.no_grad():
+        return model.W_E.T.detach().cpu()
+
+
+def topic_ratios(model: OneLayerTransformer | WordEncoder | WordMLM, documents: WordDocuments, lda: FittedLDA | None = None, *,
                  word_topics: WordTopics | None = None, per_topic: int | None = None, fraction: float = 0.002,
                  overlap: bool = False, num_sequences: int = 64, min_distance: int = 0,
                  seed: int = 0) -> dict[str, float]:
@@ -274,19 +307,19 @@ def weight_norms(model: OneLayerTransformer) -> dict[str, float]:
 @dataclass
 class WordMLM:
     """A trained word-level masked language model: the ``model``, the ``words`` of its token ids, the training
-    ``history`` (probes ``"norm_W_K"``, ``"norm_W_Q"``, ``"norm_W_V"``, ``"norm_W_E"`` and, with word topics,
-    ``"ratios"``, the :data:`TRACKED_KEYS` in order, recorded at ``history.probe_step``) and the arguments it was trained with."""
+    ``history`` (probes ``"norm_W_K"``, ``"norm_W_Q"``, ``"norm_W_V"``, ``"norm_W_E"`` of the one-layer model, and,
+    with word topics, ``"ratios"``, the :data:`TRACKED_KEYS` in order, recorded at ``history.probe_step``) and the arguments it was trained with."""
 
-    model: OneLayerTransformer
+    model: OneLayerTransformer | WordEncoder
     words: tuple[str, ...]
     history: History
     config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def embeddings(self) -> np.ndarray:
-        """The word embeddings ``W_E^T`` without ``[MASK]``, shape ``(V, d)``, row ``i`` for ``words[i]``."""
-        with torch.no_grad():
-            return self.model.W_E.T[: len(self.words)].detach().cpu().numpy().copy()
+        """The input word embeddings without ``[MASK]`` (``W_E^T`` of the one-layer model), shape ``(V, d)``,
+        row ``i`` for ``words[i]``."""
+        return _word_vectors(self.model)[: len(self.words)].numpy().copy()
 
     @property
     def steps(self) -> np.ndarray:
@@ -589,7 +622,7 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
 
 @functools.lru_cache(maxsize=2)
 def _default_text(corpus: str) -> tuple[WordDocuments, FittedLDA]:
-    loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus}
+    loaders = {"wikipedia": load_wikipedia_sample, "lee": load_lee_corpus, "newsgroups": load_newsgroups}
     if corpus not in loaders:
         raise ValueError(f"corpus must be one of {tuple(loaders)}, got {corpus!r}")
     text = loaders[corpus]()
@@ -600,7 +633,8 @@ def _default_text(corpus: str) -> tuple[WordDocuments, FittedLDA]:
 def default_run(seed: int, *, attend_to_masked: bool, corpus: str = "lee", progress: bool = False) -> dict[str, Any]:
     """Every default at once, as ``{metric: number}`` for :func:`topicmech.results.store`: :func:`fit_lda`,
     :func:`word_documents`, :func:`topic_words` and :func:`train_word_mlm` with their defaults on ``corpus``
-    (the LDA fit is seed 0; ``seed`` seeds the model and its data stream), the final ratios, the untrained
+    (``"lee"``, ``"wikipedia"`` or ``"newsgroups"``, :func:`~topicmech.corpus.load_newsgroups`, which the book
+    never uses; the LDA fit is seed 0; ``seed`` seeds the model and its data stream), the final ratios, the untrained
     model's, the frequency-matched control's and the stage times (``progress``: a progress bar)."""
     docs, lda = _default_text(corpus)
     wt = topic_words(docs, lda)
@@ -634,4 +668,127 @@ def minilm_run(seed: int, *, fraction: float = 0.002, max_docs: int = 60, max_pi
         row = authors_metric(enc, tok, text, lda, **kw).iloc[0]
         out.update({f"{name}_{k}": float(row[f"{k}_ratio"]) for k in ("cosine", "dot", "attention")})
         out[f"{name}_words"] = int(row["single_piece_words"])
+    return out
+
+
+# ---- a small standard encoder for comparison ----------------------------------------------------------------------
+class WordEncoder(nn.Module):
+    """A small standard encoder over the ``num_tokens`` word ids (words, then ``[MASK]``):
+    ``transformers``' ``BertForMaskedLM`` built offline from a small ``BertConfig`` (no weights loaded;
+    ``layers`` layers of ``heads`` heads, width ``hidden``, feed-forward ``intermediate``, learned positions
+    up to ``max_len``, one segment, no dropout, weights drawn with standard deviation ``init_scale`` by
+    ``seed``), its own ``[PAD]`` token after ``[MASK]`` never used. Residuals, LayerNorm, MLPs and a tied head
+    with bias behind a dense transform, as BERT has them. ``forward(inputs, selected)`` gives the logits over
+    the ``num_tokens`` tokens, shape ``(batch, N, num_tokens)``, as :func:`topicmech.train.train` needs; in the
+    released code's convention (``attend_to_masked=False``) the selected positions are hidden as keys."""
+
+    def __init__(self, num_tokens: int, *, max_len: int, attend_to_masked: bool, layers: int = 2, heads: int = 2,
+                 hidden: int = 64, intermediate: int = 128, init_scale: float = 0.02, seed: int = 0) -> None:
+        from transformers import BertConfig, BertForMaskedLM
+        super().__init__()
+        self.num_tokens = check_positive_int("num_tokens", num_tokens)
+        self.attend_to_masked = check_attend_to_masked(attend_to_masked)
+        hidden, heads = check_positive_int("hidden", hidden), check_positive_int("heads", heads)
+        if hidden % heads:
+            raise ValueError(f"hidden={hidden} must be a multiple of heads={heads}")
+        self.config = BertConfig(vocab_size=self.num_tokens + 1, pad_token_id=self.num_tokens, hidden_size=hidden,
+                                 num_hidden_layers=check_positive_int("layers", layers), num_attention_heads=heads,
+                                 intermediate_size=check_positive_int("intermediate", intermediate),
+                                 max_position_embeddings=check_positive_int("max_len", max_len), type_vocab_size=1,
+                                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                 initializer_range=check_float("init_scale", init_scale),
+                                 attn_implementation="eager")
+        with torch.random.fork_rng(devices=[]):                # transformers initialises from the global stream
+            torch.manual_seed(shift_seed(check_seed(seed)))
+            self.bert = BertForMaskedLM(self.config)
+
+    def _mask(self, inputs: torch.Tensor, selected: torch.Tensor | None) -> torch.Tensor | None:
+        if self.attend_to_masked or selected is None:
+            return None
+        return (~selected).long()
+
+    def forward(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.bert(input_ids=inputs, attention_mask=self._mask(inputs, selected)).logits
+        return logits[..., : self.num_tokens]                  # (B, N, D): the [PAD] column dropped
+
+    def layer_patterns(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
+        """Each layer's attention averaged over its heads, shape ``(layers, batch, query, key)``."""
+        out = self.bert(input_ids=inputs, attention_mask=self._mask(inputs, selected), output_attentions=True)
+        return torch.stack([a.mean(1) for a in out.attentions])
+
+    def attention_pattern(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention averaged over layers and heads (the authors' metric for BERT), ``(batch, query, key)``."""
+        return self.layer_patterns(inputs, selected).mean(0)
+
+    def word_vectors(self) -> torch.Tensor:
+        """The input word-embedding table without ``[PAD]``, shape ``(num_tokens, hidden)``, detached."""
+        with torch.no_grad():
+            return self.bert.get_input_embeddings().weight[: self.num_tokens].detach().cpu().clone()
+
+
+def train_word_encoder(documents: WordDocuments, *, attend_to_masked: bool, steps: int = 1500, seed: int = 0,
+                       layers: int = 2, heads: int = 2, hidden: int = 64, intermediate: int = 128,
+                       lr: float = 1e-3, batch_size: int = 32, init_scale: float = 0.02,
+                       masking: Masking = BERT_MASKING, word_topics: WordTopics | None = None,
+                       probe_every: int | None = None, num_probe_sequences: int = 64,
+                       progress: bool = False) -> WordMLM:
+    """Train a :class:`WordEncoder` from scratch on ``documents`` as :func:`train_word_mlm` trains the paper's
+    model: the same BERT corruption, cross-entropy at the selected positions, Adam (at ``lr``), batches and
+    probes, through the same loop :func:`topicmech.train.train` (on its reference path: the model's logits and
+    :func:`topicmech.losses.mlm_loss`). ``steps=0`` returns the untrained encoder. The result reads as a
+    :class:`WordMLM` (``embeddings``: the input word embeddings; :func:`topic_ratios` adds the attention
+    ratio of each layer, ``attention_layer_<l>``)."""
+    if not isinstance(documents, WordDocuments):
+        raise ValueError(f"documents must be WordDocuments (see word_documents), got {type(documents).__name__}")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+    init_seed, data_seed = spawn_seeds(check_seed(seed), 2)
+    model = WordEncoder(documents.num_tokens, max_len=documents.seq_len, attend_to_masked=attend_to_masked,
+                        layers=layers, heads=heads, hidden=hidden, intermediate=intermediate, init_scale=init_scale,
+                        seed=init_seed)
+    probes: dict[str, Any] = {}
+    if word_topics is not None:
+        reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
+        probes["ratios"] = lambda m: np.asarray([reader(m)[k] for k in TRACKED_KEYS])
+    config = dict(attend_to_masked=model.attend_to_masked, steps=int(steps), seed=int(seed), layers=int(layers),
+                  heads=int(heads), hidden=int(hidden), intermediate=int(intermediate), lr=float(lr),
+                  batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
+                  vocab_size=documents.vocab_size, seq_len=documents.seq_len)
+    if steps == 0:
+        history = History(probe_step=[0], probes={k: [fn(model)] for k, fn in probes.items()})
+    else:
+        history = train(model, documents.tokens, steps=int(steps), lr=check_float("lr", lr), optimizer="adam",
+                        loss="cross_entropy", batch_size=check_positive_int("batch_size", batch_size), masking=masking,
+                        seed=data_seed, probes=probes, probe_every=probe_every, progress=progress)
+    return WordMLM(model, documents.words, history, config)
+
+
+def encoder_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 400,
+                max_words: int | None = 500, seq_len: int = 128, layers: int = 2, heads: int = 2, hidden: int = 64,
+                intermediate: int = 128, lr: float = 1e-3, shuffle_bins: int = 5, probe_every: int = 10,
+                progress: bool = False) -> dict[str, Any]:
+    """One seed of the small encoder beside the paper's model, as ``{metric: number}`` for
+    :func:`topicmech.results.store`: :func:`train_word_encoder` on the documents and topic words of
+    :func:`learning_run` (:func:`load_text`), the final, untrained and frequency-matched-shuffle ratios
+    (:data:`TRACKED_KEYS`), the trained encoder's attention ratio per layer, its mean loss over the last 50 steps
+    and the curves of the tracked ratios (every ``probe_every`` steps; a run of fewer steps from the same seed
+    retraces their start exactly, which is how the chapter reruns a seed quickly)."""
+    docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
+    wt = topic_words(docs, lda)
+    kw = dict(attend_to_masked=attend_to_masked, seed=seed, layers=layers, heads=heads, hidden=hidden,
+              intermediate=intermediate)
+    run = train_word_encoder(docs, steps=steps, lr=lr, word_topics=wt, probe_every=probe_every, progress=progress,
+                             **kw)
+    final = topic_ratios(run, docs, word_topics=wt, seed=seed + 1)
+    untrained = topic_ratios(train_word_encoder(docs, steps=0, **kw), docs, word_topics=wt, seed=seed + 1)
+    null = topic_ratios(run, docs, word_topics=frequency_matched_shuffle(wt, docs, bins=shuffle_bins, seed=seed),
+                        seed=seed + 1)
+    out: dict[str, Any] = {f"final_{k}": final[k] for k in TRACKED_KEYS}
+    out.update({f"untrained_{k}": untrained[k] for k in TRACKED_KEYS})
+    out.update({f"shuffled_{k}": null[k] for k in TRACKED_KEYS})
+    out.update({f"final_{k}": v for k, v in final.items() if k.startswith("attention_layer_")})
+    out.update(final_loss=float(np.mean(run.history.loss[-50:])), num_words=final["num_words"],
+               vocab_size=docs.vocab_size)
+    out["curve_step"] = run.steps.tolist()
+    out.update({f"curve_{k}": [float(x) for x in run.probe(k)] for k in TRACKED_KEYS})
     return out
