@@ -217,3 +217,55 @@ def test_alpha_one_costs_loss_at_copier_optima():
         best = obj.loss(r["alpha"], r["beta"])
         cost = obj.loss(1.0, r["beta"]) - best
         assert cost > 1e-5 and cost > 1e-3 * (obj.loss(1.0, 1.0) - best), r
+
+
+def _tied_scores(alpha: float, beta: float, mask_query_uniform: bool = False) -> np.ndarray:
+    A = np.log(th.tied_score_matrix(alpha, beta, T, v))
+    if mask_query_uniform:
+        A[:, V] = 0.0
+    return A
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_visible_copier_beats_the_tied_optimum_only_untied(seed):
+    """Chapter 5, visible keys at the training setting: the tied optimum is topical, the trained
+    copier has a lower loss, its ratios lose inside the tied family and win with the [MASK] query
+    untied (each by more than 20 standard errors)."""
+    config = SETTING.replace(attend_to_masked=True)
+    s = config.setting
+    opt = th.tied_attention_optimum(s, seed=11, num_docs=10_000)
+    assert opt.alpha > 1.1 * opt.beta and not opt.at_bound, opt
+    model, _ = stage2.run_stage2(config, seed=seed)
+    A = model.key_query_matrix().detach().double().numpy()
+    b = th.orbit_means(A, T, v)
+    a_l, b_l = math.exp(b.same_topic - b.diff_topic), math.exp(b.diag - b.diff_topic)
+    assert b_l > 5 * a_l, (a_l, b_l)
+    losses = stage2.score_matrix_losses(
+        config.W_star(),
+        [_tied_scores(opt.alpha, opt.beta), A, _tied_scores(a_l, b_l), _tied_scores(a_l, b_l, True)],
+        s, num_docs=20_000, seed=2024 + seed)
+    (d1, se1), (d2, se2), (d3, se3) = (losses.difference(k, 0) for k in (1, 2, 3))
+    assert d1 < -20 * se1 and d2 > 20 * se2 and d3 < -20 * se3, (d1, se1, d2, se2, d3, se3)
+
+
+@pytest.mark.slow
+def test_mask_column_standard_error_is_calibrated():
+    """Chapter 5, the [MASK]-column z-test (hidden keys): on ten batches of twenty estimates the
+    spread of the batch means matches the pooled standard error (within 30%), the mean squared
+    z is near 1 (between 0.5 and 1.5), and the Gaussian null law of the largest |z| has a median
+    near that of the observed maxima."""
+    W = SETTING.W_star()
+    batches = [_gradients(W, False, 50 + b) for b in range(10)]
+    cols = np.array([[G[:V, V] for G in Gs] for Gs in batches])          # (10, 20, V)
+    dev = cols - cols.mean(2, keepdims=True)
+    batch_means = dev.mean(1)                                              # (10, V)
+    spread = np.sqrt(batch_means.var(0, ddof=1).mean())
+    se = np.mean([math.sqrt(((d - d.mean(0)) ** 2).sum() / ((d.shape[0] - 1) * V) / d.shape[0])
+                  for d in dev])
+    assert abs(spread / se - 1) < 0.3, (spread, se)
+    z = np.array([stage2.mask_column_z(Gs, T, v) for Gs in batches])     # (10, V)
+    assert 0.5 < np.mean(z**2) < 1.5, np.mean(z**2)
+    maxima = np.abs(z).max(1)
+    null = stage2.mask_column_null_max_z(batches[0], T, v, draws=5_000, seed=1)
+    assert 0.6 < np.median(maxima) / np.median(null) < 1.6, (maxima, np.median(null))

@@ -157,3 +157,48 @@ def test_mask_query_attention_uniform_pattern_is_one():
         stage2.mask_query_attention(pattern[:, :3], inputs, selected, docs, tm_.topic_of_word, attend_to_masked=False)
     with pytest.raises(ValueError):
         stage2.mask_query_attention(pattern, inputs, selected, docs, tm_.topic_of_word, attend_to_masked="no")
+
+
+def test_mask_column_z_and_null():
+    rng = np.random.default_rng(0)
+    Gs = [rng.standard_normal((D, D)) for _ in range(8)]
+    z = stage2.mask_column_z(Gs, T, v)
+    assert z.shape == (V,)
+    assert math.isclose(np.abs(z).max(), stage2.gradient_summary(Gs, T, v).mask_query_max_z)
+    null = stage2.mask_column_null_max_z(Gs, T, v, draws=3000, seed=0)
+    assert null.shape == (3000,) and np.all(null > 0)
+    # independent entries: the null median of the largest |z| over V = 20 is about 2.1
+    assert 1.6 < np.median(null) < 2.8, np.median(null)
+    with pytest.raises(ValueError, match="gradients"):
+        stage2.mask_column_z(Gs[:1], T, v)
+    with pytest.raises(ValueError, match="draws"):
+        stage2.mask_column_null_max_z(Gs, T, v, draws=0)
+
+
+def test_score_matrix_losses_uniform_and_validation():
+    config = stage2.Stage2Setting.quick(attend_to_masked=True)
+    W = config.W_star()
+    A0 = np.zeros((D, D))
+    L = stage2.score_matrix_losses(W, [A0, A0 + 3.0, np.log(th.tied_score_matrix(2.0, 2.0, T, v))],
+                                   config.setting, num_docs=500, seed=0)
+    # a constant shift of every score does not change the attention
+    assert abs(L.difference(1, 0)[0]) < 1e-9
+    loss, se = L.loss(0)
+    assert 0 < loss < 2 and 0 < se < 0.05
+    # the model's own loss at uniform attention agrees with the training loop's definition
+    model = stage2.stage2_model(W, attend_to_masked=True)
+    with torch.no_grad():
+        model.W_K.zero_()
+    docs = SimplifiedTopicModel(T, v, tau).sample(500, N, seed=0)
+    inputs, selected = bert_mask(docs, V, config.setting.masking, seed=1)
+    with torch.no_grad():
+        f = model(inputs, selected).double()
+    e = torch.nn.functional.one_hot(docs, D).double()
+    direct = float((((f - e) ** 2).sum(-1) * selected).sum() / selected.sum())
+    assert abs(direct - loss) < 1e-9
+    with pytest.raises(ValueError, match="scores"):
+        stage2.score_matrix_losses(W, [np.zeros((3, 3))], config.setting, num_docs=10)
+    with pytest.raises(ValueError, match="num_docs"):
+        stage2.score_matrix_losses(W, [A0], config.setting, num_docs=1)
+    with pytest.raises(ValueError, match="doc_len"):
+        stage2.score_matrix_losses(W, [A0], config.setting.replace(doc_len=math.inf), num_docs=10)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import theory
-from .data import SimplifiedTopicModel
+from .data import SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
 from .probes import relation_masks, topic_contrasts, topic_eigenvalue
 from .setting import BERT_MASKING, Masking, Setting
@@ -30,7 +30,8 @@ __all__ = [
     "tied_limit_grid",
     "Stage2Setting", "stage2_model", "run_stage2", "GradientSummary",
     "gradient_summary", "MaskQueryAttention",
-    "mask_query_attention",
+    "mask_query_attention", "mask_column_z", "mask_column_null_max_z", "ScoreMatrixLosses",
+    "score_matrix_losses",
 ]
 
 
@@ -166,7 +167,8 @@ class GradientSummary:
         Mean of ``G[[MASK], q]`` over word queries (0 with hidden keys).
     mask_query_mean, mask_query_max_z : float
         Mean of the ``[MASK]``-query column over word keys; largest ``|z|`` of an entry against
-        it, standard error pooled over the keys (about 3 or less for pure noise).
+        it, standard error pooled over the keys (:func:`mask_column_z`). The entries are
+        correlated, so the null law of the largest ``|z|`` is :func:`mask_column_null_max_z`.
     max_column_sum : float
         Largest ``|sum_u G[u, q]|`` (0 up to rounding: softmax shift invariance).
     words_per_topic, num_estimates : int
@@ -198,6 +200,116 @@ class GradientSummary:
         return (self.same_topic - self.diff_topic) / math.hypot(self.same_topic_se, self.diff_topic_se)
 
 
+def _mask_z(cols: np.ndarray) -> np.ndarray:
+    """z of each entry against its column mean, SE pooled over keys: (B, S, V) -> (B, V)."""
+    S, V = cols.shape[1], cols.shape[2]
+    dev = cols - cols.mean(2, keepdims=True)                 # remove each estimate's column mean
+    mean = dev.mean(1)                                       # (B, V)
+    pooled_var = ((dev - mean[:, None, :]) ** 2).sum((1, 2)) / ((S - 1) * V)   # (B,)
+    scale = np.sqrt(pooled_var / S)[:, None]
+    return np.divide(mean, scale, out=np.zeros_like(mean), where=scale > 0)
+
+
+def _mask_columns(gradients: Sequence[np.ndarray], num_topics: int, words_per_topic: int) -> np.ndarray:
+    T = check_positive_int("num_topics", num_topics)
+    v = check_positive_int("words_per_topic", words_per_topic)
+    V, D = T * v, T * v + 1
+    Gs = np.stack([np.asarray(G, dtype=np.float64) for G in gradients]) if len(gradients) else np.zeros((0, D, D))
+    if Gs.shape[0] < 2 or Gs.shape[1:] != (D, D):
+        raise ValueError(f"gradients must hold at least 2 estimates of shape {(D, D)}, got {Gs.shape}")
+    return Gs[:, :V, V]                                      # (S, V)
+
+
+def mask_column_z(gradients: Sequence[np.ndarray], num_topics: int, words_per_topic: int) -> np.ndarray:
+    """The ``V`` z-scores of :attr:`GradientSummary.mask_query_max_z`: each word key's entry of the
+    ``[MASK]``-query column of ``G`` (mean over the estimates) minus the column mean, over the
+    standard error pooled over the keys; shape ``(V,)``."""
+    return _mask_z(_mask_columns(gradients, num_topics, words_per_topic)[None])[0]
+
+
+def mask_column_null_max_z(gradients: Sequence[np.ndarray], num_topics: int, words_per_topic: int, *,
+                           draws: int = 20_000, seed: int = 0) -> np.ndarray:
+    """Draws of the largest ``|z|`` of :func:`mask_column_z` under the null of a constant column.
+
+    The ``V`` entries of one estimate are correlated (words of one topic move together), so the
+    ``V`` z-scores are not independent. Each draw takes as many Gaussian estimates as given,
+    with mean 0 and the covariance of the given estimates' columns, and computes the same
+    statistic; shape ``(draws,)``.
+    """
+    col = _mask_columns(gradients, num_topics, words_per_topic)
+    n = check_positive_int("draws", draws)
+    S, V = col.shape
+    dev = col - col.mean(0, keepdims=True)
+    _, sing, vt = np.linalg.svd(dev, full_matrices=False)
+    root = vt.T * (sing / math.sqrt(S - 1))                  # (V, S): root @ root.T is the covariance
+    rng = np.random.default_rng(seed)
+    out = np.empty(n)
+    for i in range(0, n, 2048):
+        k = min(2048, n - i)
+        sim = rng.standard_normal((k, S, root.shape[1])) @ root.T          # (k, S, V)
+        out[i:i + k] = np.abs(_mask_z(sim)).max(1)
+    return out
+
+
+@dataclass(frozen=True)
+class ScoreMatrixLosses:
+    """Squared loss of several fixed score matrices on one sample (:func:`score_matrix_losses`).
+
+    ``per_doc[k, b]`` is the loss summed over the selected positions of document ``b`` with the
+    ``k``-th matrix, ``num_selected[b]`` their number. Losses are per selected position.
+    """
+
+    per_doc: np.ndarray
+    num_selected: np.ndarray
+
+    def _ratio(self, x: np.ndarray) -> tuple[float, float]:
+        n = self.num_selected
+        est = float(x.sum() / n.sum())
+        r = (x - est * n) / n.mean()
+        return est, float(np.sqrt(np.sum(r * r) / (n.size * (n.size - 1))))
+
+    def loss(self, k: int) -> tuple[float, float]:
+        """Loss of matrix ``k`` and its standard error (ratio estimator over documents)."""
+        return self._ratio(self.per_doc[k])
+
+    def difference(self, k: int, j: int) -> tuple[float, float]:
+        """``loss(k) - loss(j)`` on the same sample and its standard error."""
+        return self._ratio(self.per_doc[k] - self.per_doc[j])
+
+
+def score_matrix_losses(value_matrix: np.ndarray, scores: Sequence[np.ndarray], setting: Setting, *,
+                        num_docs: int = 20_000, seed: int = 0) -> ScoreMatrixLosses:
+    """Squared loss of the stage-2 model with ``W^V = value_matrix`` and token-space scores fixed.
+
+    Each ``scores[k]`` (shape ``(D, D)``, ``A[key_token, query_token]``, as
+    :meth:`~topicmech.model.OneLayerTransformer.key_query_matrix`) is put into the model
+    (``W_K = sqrt(D) I``, ``W_Q = A``) and evaluated on one sample of ``num_docs`` documents
+    and masks of ``setting`` (common random numbers, so differences are sharp).
+    """
+    if not isinstance(setting, Setting) or math.isinf(setting.doc_len):
+        raise ValueError(f"setting must be a Setting with a finite doc_len, got {setting!r}")
+    n = check_positive_int("num_docs", num_docs)
+    if n < 2:
+        raise ValueError(f"num_docs must be at least 2, got {num_docs}")
+    D = setting.D
+    data = SimplifiedTopicModel(setting.T, setting.v, setting.tau)
+    docs = data.sample(n, setting.doc_len, seed=seed)
+    inputs, selected = bert_mask(docs, setting.V, setting.masking, seed=seed + 1)
+    model = stage2_model(value_matrix, attend_to_masked=setting.attend_to_masked)
+    target = torch.nn.functional.one_hot(docs, D).double()
+    rows = []
+    for k, A in enumerate(scores):
+        A = np.asarray(A, dtype=np.float64)
+        if A.shape != (D, D) or not np.all(np.isfinite(A)):
+            raise ValueError(f"scores[{k}] must be a finite {(D, D)} matrix, got shape {A.shape}")
+        with torch.no_grad():
+            model.W_K.copy_(math.sqrt(model.d_model) * torch.eye(D, dtype=model.W_K.dtype))
+            model.W_Q.copy_(torch.as_tensor(A, dtype=model.W_Q.dtype))
+            f = model(inputs, selected).double()
+        rows.append((((f - target) ** 2).sum(-1) * selected).sum(1).numpy())
+    return ScoreMatrixLosses(np.array(rows), selected.sum(1).double().numpy())
+
+
 def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per_topic: int) -> GradientSummary:
     """Summarise at least two independent ``(D, D)`` estimates of ``dL/dA`` (e.g. :func:`topicmech.theory.key_query_gradient`).
 
@@ -217,10 +329,7 @@ def gradient_summary(gradients: Sequence[np.ndarray], num_topics: int, words_per
     se = orbits.std(0, ddof=1) / math.sqrt(S)
     ratios = orbits[:, 1] / orbits[:, 2]                               # (S,)
     col = Gs[:, :V, V]                                                 # (S, V) [MASK]-query column, word keys
-    dev = col - col.mean(1, keepdims=True)                             # remove each estimate's column mean
-    pooled_var = float(((dev - dev.mean(0, keepdims=True)) ** 2).sum() / ((S - 1) * V))
-    scale = math.sqrt(pooled_var / S)
-    max_z = float(np.abs(dev.mean(0)).max() / scale) if scale > 0 else 0.0
+    max_z = float(np.abs(_mask_z(col[None])[0]).max())
     return GradientSummary(
         same_word=float(mean[0]), same_topic=float(mean[1]), diff_topic=float(mean[2]),
         same_word_se=float(se[0]), same_topic_se=float(se[1]), diff_topic_se=float(se[2]),
