@@ -169,6 +169,37 @@ def test_tied_blocks_rejects_bad_input():
         th.tied_embedding_blocks(S, C, 1, 20, 2)
 
 
+@pytest.mark.parametrize("attend_to_masked", [True, False])
+@pytest.mark.parametrize("params", [(5, 4, 2, 20), (3, 2, 1, 4), (10, 5, 3, 64)])
+def test_allocation_gains_match_the_tied_blocks(params, attend_to_masked):
+    setting = tm.Setting(*params, attend_to_masked=attend_to_masked)
+    T_, v_ = params[:2]
+    S, C = th.moments(setting)
+    tb = th.tied_embedding_blocks(S, C, T_, v_, 1)
+    g = th.embeddings.allocation_gains(setting)
+    got = (g.lam_topic, g.lam_within, g.gain_topic, g.gain_within, g.gain_plane)
+    want = (tb.lam_topic, tb.lam_within, tb.gain_topic, tb.gain_within, tb.gain_mean[1])
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-14), (got, want)
+    assert g.eigen_margin == g.lam_topic - abs(g.lam_within)
+    vb = th.value_block_coefficients(setting)  # the eigenvalues of W*
+    assert abs(g.lam_topic - vb.topic_eigenvalue) < 1e-9
+    assert abs(g.lam_within - vb.within_eigenvalue) < 1e-9
+
+
+def test_allocation_gains_tie_at_one_topic_with_hidden_keys():
+    # tau = 1, hidden keys: W* and Sigma act alike on every topic-constant vector
+    g = th.embeddings.allocation_gains(tm.Setting(5, 4, 1, 20, attend_to_masked=False))
+    assert abs(g.gain_plane - g.gain_topic) < 1e-9 * g.gain_topic
+    assert abs(g.lam_topic - 1.0) < 1e-9 and g.gain_within == 0.0
+    g_vis = th.embeddings.allocation_gains(tm.Setting(5, 4, 1, 20, attend_to_masked=True))
+    assert g_vis.gain_plane > g_vis.gain_topic > g_vis.gain_within > 0
+
+
+def test_allocation_gains_rejects_bad_input():
+    with pytest.raises(ValueError, match="setting"):
+        th.embeddings.allocation_gains((5, 4, 2, 20))
+
+
 # ---- the tied head with a bias (the authors' setting) -----------------------------------
 
 

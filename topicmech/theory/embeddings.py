@@ -19,7 +19,8 @@ from ..utils import as_float64, check_positive_int, numpy_rng
 from .value import RCOND, check_setting, moments, orbit_means, population_loss
 
 __all__ = ["embedding_loss", "symmetric_optimum", "tied_embedding_optimum", "TiedBlocks", "tied_embedding_blocks",
-           "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum"]
+           "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "AllocationGains",
+           "allocation_gains"]
 
 
 def embedding_loss(M: np.ndarray, Sigma: np.ndarray, C: np.ndarray) -> float:
@@ -239,6 +240,84 @@ def tied_embedding_blocks(Sigma: np.ndarray, C: np.ndarray, num_topics: int, wor
         loss=float(-gain),
     )
 
+
+
+@dataclass(frozen=True)
+class AllocationGains:
+    """The hypotheses of the book's embedding theorem for one setting (:func:`allocation_gains`).
+
+    Attributes
+    ----------
+    lam_topic, lam_within : float
+        Eigenvalues of ``W* = C Sigma^+`` on topic and within-topic contrasts.
+    gain_topic, gain_within : float
+        Loss decrease per unit of tied-head rank on a topic / within-topic contrast,
+        ``sigma lam_+^2``.
+    gain_plane : float
+        Loss decrease of the best rank-1 PSD matrix on the plane span{all-ones word vector,
+        ``e_MASK``} (its best direction).
+    """
+
+    lam_topic: float
+    lam_within: float
+    gain_topic: float
+    gain_within: float
+    gain_plane: float
+
+    @property
+    def eigen_margin(self) -> float:
+        """``lam_topic - |lam_within|``: positive when the identity head's gap is."""
+        return self.lam_topic - abs(self.lam_within)
+
+
+def _plane_rank1_gain(S2: np.ndarray, C2: np.ndarray) -> float:
+    """Best ``(n^T C2 n)_+^2 / (n^T S2 n)`` over unit n in R^2: three nested angle grids, vectorised.
+
+    The same quantity as ``_plane_optimum(S2, C2)[0][1]`` (grid plus golden section), faster.
+    """
+    K = 0.5 * (C2 + C2.T)
+    lo, hi = 0.0, math.pi
+    best = 0.0
+    for _ in range(3):
+        theta = np.linspace(lo, hi, 721)
+        n = np.stack([np.cos(theta), np.sin(theta)])                    # (2, 721)
+        q = np.einsum("ik,ij,jk->k", n, S2, n)
+        c = np.einsum("ik,ij,jk->k", n, K, n)
+        g = np.where((c > 0) & (q > 0), c * c / np.where(q > 0, q, 1.0), 0.0)
+        k = int(np.argmax(g))
+        best = max(best, float(g[k]))
+        step = theta[1] - theta[0]
+        lo, hi = theta[k] - step, theta[k] + step
+    return best
+
+
+def allocation_gains(setting: Setting) -> AllocationGains:
+    """Eigenvalues of ``W*`` and rank gains of the tied head on the three eigenspaces (``T, v >= 2``).
+
+    What :func:`tied_embedding_blocks` reads from ``Sigma, C`` (``moments(setting)``), without
+    the allocation: ``lam_topic``, ``lam_within``, the gains ``sigma lam_+^2`` of one unit of
+    rank on a topic and a within-topic contrast, and the gain of the best direction of the
+    plane. The book's embedding theorem needs ``lam_topic > |lam_within|`` (identity head) and
+    ``gain_plane > gain_topic > gain_within`` (tied head, rank to the plane first, then to topics).
+    """
+    s = check_setting(setting)
+    T, v = s.T, s.v
+    if T < 2 or v < 2:
+        raise ValueError(f"need num_topics >= 2 and words_per_topic >= 2, got {T!r}, {v!r}")
+    S, Cm = moments(s)
+    V, D = T * v, T * v + 1
+    u_w, u_t, P = np.zeros(D), np.zeros(D), np.zeros((D, 2))
+    u_w[0], u_w[1] = 1.0 / math.sqrt(2.0), -1.0 / math.sqrt(2.0)
+    u_t[:v], u_t[v:2 * v] = 1.0 / math.sqrt(2.0 * v), -1.0 / math.sqrt(2.0 * v)
+    P[:V, 0], P[V, 1] = 1.0 / math.sqrt(V), 1.0
+    s_w, s_t = float(u_w @ S @ u_w), float(u_t @ S @ u_t)
+    lam_w = float(u_w @ Cm @ u_w) / s_w if s_w > 0 else 0.0
+    lam_t = float(u_t @ Cm @ u_t) / s_t if s_t > 0 else 0.0
+    return AllocationGains(
+        lam_topic=lam_t, lam_within=lam_w,
+        gain_topic=s_t * max(lam_t, 0.0) ** 2, gain_within=s_w * max(lam_w, 0.0) ** 2,
+        gain_plane=_plane_rank1_gain(P.T @ S @ P, P.T @ Cm @ P),
+    )
 
 
 def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words_per_topic: int) -> float:
