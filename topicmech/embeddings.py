@@ -24,8 +24,12 @@ from .utils import check_matrix, check_positive_int
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
     "topic_cosines", "topic_separation", "normalized_gram", "block_vector", "topic_level",
-    "block_differences",
+    "block_differences", "CLAIM_SEEDS",
 ]
+
+#: Seeds over which ``tests/test_chapter_claims_3.py`` re-checks chapter 3's claims about trained
+#: models (the chapter itself trains each model once, with seed 0).
+CLAIM_SEEDS: tuple[int, ...] = tuple(range(10))
 
 #: ``(steps, lr)`` per phase of chapter 3, for ``topicmech.train.train(phases=...)`` (Adam, batch 256).
 #: Adam's step is about ``lr`` per entry whatever the curvature, so they serve every setting.
