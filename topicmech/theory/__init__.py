@@ -33,8 +33,10 @@ from .attention import (
     weighted_ratio,
 )
 from .embeddings import (
+    AllocationGains,
     TiedBiasOptimum,
     TiedBlocks,
+    allocation_gains,
     embedding_loss,
     symmetric_optimum,
     tied_bias_optimum,
@@ -87,7 +89,7 @@ __all__ = [
     "least_squares_value_matrix", "chunks", "doc_counts",
     # embeddings
     "embedding_loss", "symmetric_optimum", "tied_embedding_optimum", "TiedBlocks", "tied_embedding_blocks",
-    "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum",
+    "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "allocation_gains", "AllocationGains",
     # attention
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
     "hidden_key_gradient", "stage2_drive", "default_stage2_lr", "TiedAttentionObjective", "TiedAttentionOptimum",
