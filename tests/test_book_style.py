@@ -11,13 +11,18 @@
   bookkeeping cells that readers do not see (``tm.glue_values``).
 - Every markdown table row has as many cells as its header row, and no row sits outside a
   table (a row after a blank line renders as text, not in the table above it).
+- The package source that a page shows with ``literalinclude`` keeps to 88 characters a
+  line too: the lines it shows, after ``:pyobject:``, ``:start-after:``/``:start-at:``,
+  ``:end-before:``/``:end-at:``, ``:lines:`` and ``:dedent:``, in Sphinx's order.
 - Neither convention is called "the authors'": the theory's convention (masked positions
   visible as keys) and the released code's convention (selected positions hidden as keys).
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,3 +318,106 @@ def test_table_checker_counts_cells() -> None:
 def test_table_rows_have_as_many_cells_as_their_header(page: Path) -> None:
     problems = table_problems(page.read_text(), page.name)
     assert not problems, "markdown tables:\n" + "\n".join(problems)
+
+
+# --- package source shown with literalinclude ------------------------------------------
+
+INCLUDE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*$")
+
+
+def literalincludes(text: str) -> list[tuple[int, str, dict[str, str]]]:
+    """(line number, path, options) of every ``literalinclude`` directive of a page."""
+    lines = text.split("\n")
+    found = []
+    for n, line in enumerate(lines):
+        match = INCLUDE.match(line)
+        if not match:
+            continue
+        options = {}
+        for option in lines[n + 1:]:
+            key = re.match(r"^\s*:([\w-]+):\s*(.*)$", option)
+            if not key:
+                break
+            options[key.group(1)] = key.group(2).strip()
+        found.append((n + 1, match.group(2), options))
+    return found
+
+
+def python_object_lines(source: str, dotted: str) -> tuple[int, int]:
+    """First and last line (1-based) of a function or class, decorators included."""
+    body: list[ast.stmt] = ast.parse(source).body
+    node = None
+    for name in dotted.split("."):
+        node = next((n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
+                                                   | ast.ClassDef) and n.name == name), None)
+        if node is None:
+            raise ValueError(f"pyobject {dotted!r} not found")
+        body = node.body
+    assert node is not None
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return first, node.end_lineno or node.lineno
+
+
+def line_numbers(spec: str, count: int) -> list[int]:
+    """0-based indices of a ``:lines:`` spec such as ``1,7-9`` or ``14-``, as Sphinx reads it."""
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            start, _, end = part.partition("-")
+            out += range(int(start or 1) - 1, int(end) if end else count)
+        else:
+            out.append(int(part) - 1)
+    return [i for i in out if 0 <= i < count]
+
+
+def shown_lines(path: Path, options: dict[str, str]) -> list[str]:
+    """The lines of ``path`` a ``literalinclude`` with these options shows."""
+    lines = path.read_text().split("\n")
+    if "pyobject" in options:
+        first, last = python_object_lines(path.read_text(), options["pyobject"])
+        lines = lines[first - 1:last]
+    for key, keep_match in (("start-after", False), ("start-at", True)):
+        if key in options:
+            n = next(i for i, line in enumerate(lines) if options[key] in line)
+            lines = lines[n if keep_match else n + 1:]
+    for key, keep_match in (("end-before", False), ("end-at", True)):
+        if key in options:
+            n = next(i for i, line in enumerate(lines) if options[key] in line)
+            lines = lines[:n + 1 if keep_match else n]
+    if "lines" in options:
+        lines = [lines[i] for i in line_numbers(options["lines"], len(lines))]
+    if "dedent" in options:
+        width = options["dedent"]
+        if width:
+            lines = [line[int(width):] for line in lines]
+        else:
+            lines = textwrap.dedent("\n".join(lines)).split("\n")
+    return lines
+
+
+INCLUDES = [(page, n, target, options) for page in PAGES
+            for n, target, options in literalincludes(page.read_text())]
+
+
+def test_include_reader_agrees_with_sphinx() -> None:
+    """Our reading of each directive is the one Sphinx renders (where Sphinx is installed)."""
+    code = pytest.importorskip("sphinx.directives.code")
+    config = pytest.importorskip("sphinx.config").Config({}, {})
+    config.source_encoding = "utf-8"
+    assert INCLUDES, "no literalinclude found: has the directive's spelling changed?"
+    for page, _, target, options in INCLUDES:
+        path = (page.parent / target).resolve()
+        text, _ = code.LiteralIncludeReader(str(path), dict(options), config).read()
+        assert text.rstrip("\n").split("\n") == shown_lines(path, options), (page, target)
+
+
+@pytest.mark.parametrize("include", INCLUDES, ids=lambda i: f"{i[0].name}:{i[1]}")
+def test_included_source_lines_within_88(include: tuple[Path, int, str, dict]) -> None:
+    page, line, target, options = include
+    path = (page.parent / target).resolve()
+    assert path.is_file(), f"{page.name}:{line}: {target} does not exist"
+    wide = [f"{len(text)} chars: {text.strip()[:60]}" for text in shown_lines(path, options)
+            if len(text.expandtabs(8)) > MAX_WIDTH]
+    assert not wide, (f"{page.name}:{line} shows {target} {options} with lines over 88 "
+                      "characters (re-wrap them in the source):\n" + "\n".join(wide))
