@@ -121,20 +121,27 @@ def stage2_model(value_matrix: np.ndarray | torch.Tensor, *, attend_to_masked: b
     return model.freeze("W_V")
 
 
-def run_stage2(config: Stage2Setting, *, seed: int = 0,
-               value_matrix: np.ndarray | None = None) -> tuple[OneLayerTransformer, History]:
-    """Stage 2: freeze ``W^V`` at the stage-1 form and train ``W^K, W^Q`` by SGD on fresh documents.
+def run_stage2(
+    config: Stage2Setting, *, seed: int = 0, value_matrix: np.ndarray | None = None,
+) -> tuple[OneLayerTransformer, History]:
+    """Stage 2: freeze ``W^V`` at the stage-1 form and train ``W^K, W^Q`` by SGD on
+    fresh documents.
 
-    The key convention is ``config.setting``'s. ``seed`` seeds the initialisation, ``10_000 + seed``
-    the documents and masks; ``value_matrix`` defaults to ``config.W_star()``. The history holds the probes
-    ``"same_word"``, ``"same_topic"`` (contrasts of ``A``, :func:`topicmech.probes.topic_contrasts`)
-    and ``"mask_query_spread"`` (std of the ``[MASK]``-query column of ``A`` over word keys).
+    The key convention is ``config.setting``'s. ``seed`` seeds the initialisation,
+    ``10_000 + seed`` the documents and masks; ``value_matrix`` defaults to
+    ``config.W_star()``. The history holds the probes ``"same_word"``, ``"same_topic"``
+    (contrasts of ``A``, :func:`topicmech.probes.topic_contrasts`) and
+    ``"mask_query_spread"`` (std of the ``[MASK]``-query column of ``A`` over word
+    keys).
     """
     if not isinstance(config, Stage2Setting):
         raise ValueError(f"config must be a Stage2Setting, got {type(config).__name__}")
     setting = config.setting
     W = config.W_star() if value_matrix is None else value_matrix
-    model = stage2_model(W, attend_to_masked=setting.attend_to_masked, init_scale=config.init_scale, seed=seed)
+    model = stage2_model(
+        W, attend_to_masked=setting.attend_to_masked, init_scale=config.init_scale,
+        seed=seed,
+    )
     data = config.topic_model()
     topic = data.topic_of_word
     V = setting.V
@@ -147,9 +154,12 @@ def run_stage2(config: Stage2Setting, *, seed: int = 0,
         "same_topic": contrast("same_topic"),
         "mask_query_spread": lambda m: float(m.key_query_matrix()[:V, V].std()),
     }
-    history = train(model, data, steps=config.steps, batch_size=config.batch_size, doc_len=setting.doc_len,
-                    loss="squared", optimizer="sgd", lr=config.lr, masking=setting.masking, seed=10_000 + seed,
-                    probes=probes, probe_every=config.probe_every)
+    history = train(
+        model, data, steps=config.steps, batch_size=config.batch_size,
+        doc_len=setting.doc_len, loss="squared", optimizer="sgd", lr=config.lr,
+        masking=setting.masking, seed=10_000 + seed,
+        probes=probes, probe_every=config.probe_every,
+    )
     return model, history
 
 
