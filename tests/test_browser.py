@@ -182,7 +182,32 @@ def browser():
     server.shutdown()
 
 
-RAW_TEX = re.compile(r"\\(frac|mathbb|sum|top|alpha|beta|gamma|lambda|Sigma|tau|left|right|begin)\b|\$\$")
+RAW_TEX = re.compile(
+    r"\\(frac|mathbb|mathrm|rm|sum|top|to|infty|alpha|beta|gamma|lambda|Sigma|tau|left|right|begin)\b|\$\$"
+)
+# the page's prose: the main column without code, outputs and typeset math (where a
+# backslash is code, not TeX left untypeset)
+PROSE_JS = """() => {
+  const main = document.querySelector('main').cloneNode(true);
+  main.querySelectorAll('pre, code, mjx-container, script, style').forEach(e => e.remove());
+  return main.innerText;
+}"""
+# every code block, printed output, table and displayed equation that is wider than the
+# article column, or scrolls inside it, at the reader's 1280 px
+OVERFLOW_JS = """() => {
+  const art = document.querySelector('article.bd-article') || document.querySelector('main');
+  const right = art.getBoundingClientRect().right + 1;
+  const out = [];
+  for (const el of document.querySelectorAll('pre, table, mjx-container[display="true"]')) {
+    if (el.offsetParent === null) continue;            // not shown (a closed dropdown)
+    const r = el.getBoundingClientRect();
+    if (el.scrollWidth > el.clientWidth + 2 || r.right > right) {
+      const text = (el.innerText || '').replace(/\\s+/g, ' ').slice(0, 60);
+      out.push(`${el.tagName.toLowerCase()} ${el.scrollWidth} px in ${el.clientWidth} px: ${text}`);
+    }
+  }
+  return out;
+}"""
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(HTML)))
@@ -192,6 +217,7 @@ def test_page_renders(browser, page: Path) -> None:
     # Nothing may leave the machine: block every request that is not to our server.
     ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
     tab = ctx.new_page()
+    tab.set_viewport_size({"width": 1280, "height": 900})
     html_source = page.read_text(encoding="utf-8")
     redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', html_source)
     if redirect:
@@ -208,8 +234,11 @@ def test_page_renders(browser, page: Path) -> None:
         tab.evaluate("() => MathJax.startup.promise")
         assert tab.locator("mjx-container").count() > 0, "math present but not typeset"
         assert tab.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
-    text = tab.locator("main").inner_text()
-    assert not RAW_TEX.search(text), f"raw LaTeX left on the page: {RAW_TEX.search(text).group(0)!r}"
+    text = tab.evaluate(PROSE_JS)
+    raw = [f"raw LaTeX left in the prose: {text[max(0, m.start() - 40):m.end() + 20]!r}"
+           for m in RAW_TEX.finditer(text)]
+    wide = [f"wider than the column at 1280 px: {w}" for w in tab.evaluate(OVERFLOW_JS)]
+    assert raw + wide == [], "\n".join(raw + wide)
     broken = tab.evaluate(
         "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )

@@ -4,11 +4,13 @@ provenance, read by the pages, and checked against a quick rerun.
 A stored result is one function of a seed, ``fn(seed, **kwargs) -> {metric: number}``, run
 over many seeds. :func:`store` runs it and writes ``results/<name>.json``::
 
-    {"name": ..., "provenance": {"function": "module:qualname", "kwargs": {...}, "seeds": [...],
-                                 "command": ..., "commit": ..., "date": ..., "machine": {...},
-                                 "versions": {...}, "mode": ...},
+    {"name": ...,
+     "provenance": {"function": "module:qualname", "kwargs": {...}, "seeds": [...],
+                    "command": ..., "commit": ..., "date": ..., "machine": {...},
+                    "versions": {...}, "mode": ...},
      "per_seed": [{"seed": 0, "metric": value, ...}, ...],
-     "summary": {"metric": {"mean": ..., "lo": ..., "hi": ..., "min": ..., "max": ..., "n": ...}}}
+     "summary": {"metric": {"mean": ..., "lo": ..., "hi": ..., "min": ...,
+                            "max": ..., "n": ...}}}
 
 Only :func:`store` writes these files (no typed numbers). :func:`load` reads one back as a
 :class:`StoredResult`; :func:`rerun` recomputes a few of its seeds from the recorded function

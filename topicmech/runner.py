@@ -306,7 +306,9 @@ def tidy(sweep: Sweep, keys: Sequence[str] | None = None) -> list[dict[str, Any]
 
     Examples
     --------
-    >>> sweep = run_grid(lambda seed, n: {"y": n + seed, "arr": [1, 2]}, {"n": [10, 20]}, seeds=2)
+    >>> def fn(seed, n):
+    ...     return {"y": n + seed, "arr": [1, 2]}
+    >>> sweep = run_grid(fn, {"n": [10, 20]}, seeds=2)
     >>> tidy(sweep)[1]
     {'seed': 1, 'n': 10, 'y': 11}
     """
@@ -344,7 +346,9 @@ def sweep_axes(fn: Callable[..., Mapping[str, Any]], axes: Mapping[str, Sequence
 
     Examples
     --------
-    >>> rows = sweep_axes(lambda seed, a=0, b=0: {"y": 10 * a + b}, {"a": [1, 2], "b": [5]}, seeds=1)
+    >>> def fn(seed, a=0, b=0):
+    ...     return {"y": 10 * a + b}
+    >>> rows = sweep_axes(fn, {"a": [1, 2], "b": [5]}, seeds=1)
     >>> [(r["param"], r["value"], r["y"]) for r in rows]
     [('a', 1, 10), ('a', 2, 20), ('b', 5, 5)]
     """

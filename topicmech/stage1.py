@@ -90,7 +90,8 @@ def default_phases(
     Examples
     --------
     >>> from topicmech import Masking, Setting
-    >>> phases = default_phases(Setting(6, 5, 2, 40, masking=Masking(mask_prob=0.2), attend_to_masked=True))
+    >>> setting = Setting(6, 5, 2, 40, masking=Masking(mask_prob=0.2), attend_to_masked=True)
+    >>> phases = default_phases(setting)
     >>> [round(lr, 2) for _, lr in phases]
     [9.08, 3.03, 0.91]
     """
