@@ -71,10 +71,14 @@ def _bar(app, docname: str) -> str:
     )
 
 
+# the repository (this file is book/_ext/notebook_links.py): a one-page build
+# (`jupyter-book build book/PAGE.md`) has book/ as its source folder
+ROOT = Path(__file__).resolve().parents[2]
+
 @functools.cache
 def _not_exported(srcdir: str) -> frozenset[str]:
     """Pages that ``scripts/make_notebooks.py`` does not export (its ``EXCLUDED``)."""
-    path = Path(srcdir) / "scripts" / "make_notebooks.py"
+    path = ROOT / "scripts" / "make_notebooks.py"
     spec = importlib.util.spec_from_file_location("make_notebooks", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

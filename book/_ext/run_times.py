@@ -43,6 +43,9 @@ from sphinx.util.docutils import SphinxDirective, SphinxRole
 
 LOGGER = logging.getLogger(__name__)
 RESULTS = Path("benchmarks") / "results"
+# the repository (this file is book/_ext/run_times.py): a one-page build has book/ as its
+# source folder
+ROOT = Path(__file__).resolve().parents[2]
 FILES = {"quick": "chapters.json", "full": "chapters_full.json"}
 STATUS_LABEL = "status-run-times"
 CORES = {1: "one", 2: "two", 3: "three", 4: "four", 6: "six", 8: "eight"}
@@ -111,9 +114,9 @@ class PageTime(SphinxRole):
         page, mode = (parts + ["quick"])[:2] if parts else ("", "quick")
         if len(parts) > 2 or mode not in FILES:
             return self._fail(f"pagetime: expected `page` or `page full`, got {self.text!r}")
-        path = Path(self.env.srcdir) / RESULTS / FILES[mode]
+        path = ROOT / RESULTS / FILES[mode]
         self.env.note_dependency(str(path))
-        stored = load(self.env.srcdir, mode)
+        stored = load(ROOT, mode)
         seconds = page_seconds(stored)
         if page not in seconds:
             return self._fail(
