@@ -621,17 +621,24 @@ def deep_bump_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, window: 
 
 def stage_steps(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | np.ndarray,
                 fractions: Sequence[float] = (0.1, 0.5, 0.9)) -> dict[float, float]:
-    """The steps at which a norm has covered each of ``fractions`` of its own rise from step 0
-    to the end (:func:`leave_zero_step`; NaN where it never rises). The rule of the reproduction
-    page's stage order: unchanged when a curve is multiplied by a constant or shifted, so it
-    does not depend on the levels of the norms."""
+    """The steps from which a norm stays above each of ``fractions`` of its own rise from step 0
+    to the end: the first step after which it never falls below ``norms[0] + f * (norms[-1] -
+    norms[0])`` again (the first crossing, :func:`leave_zero_step`, for a curve that does not
+    fall back; NaN where it never rises). The rule of the reproduction page's stage order:
+    unchanged when a curve is multiplied by a positive constant or shifted, so it does not
+    depend on the levels of the norms, and a transient rise that falls back does not count."""
+    steps = np.asarray(steps, dtype=float)
+    norms = np.asarray(norms, dtype=float)
+    if steps.ndim != 1 or steps.shape != norms.shape or len(steps) < 2:
+        raise ValueError(f"steps and norms must be 1-d of one length >= 2, got {steps.shape} and {norms.shape}")
+    rise = norms[-1] - norms[0]
     out = {}
     for f in fractions:
         f = check_float("fractions", f)
         if not 0 < f < 1:
             raise ValueError(f"fractions must lie in (0, 1), got {f!r}")
-        s = leave_zero_step(steps, norms, f)
-        out[f] = float("nan") if s is None else float(s)
+        below = np.flatnonzero(norms < norms[0] + f * rise)
+        out[f] = float("nan") if not rise > 0 else float(steps[below.max() + 1] if len(below) else steps[0])
     return out
 
 
