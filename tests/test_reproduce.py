@@ -262,3 +262,30 @@ def test_deep_norm_metrics_short_rerun_matches_the_long_run() -> None:
     for key, value in short.items():
         assert value == pytest.approx(long[key]), key
     assert len(long["W_V_curve"]) == len(long["curve_steps"])
+
+
+def test_stage_steps_ignore_levels_and_transients() -> None:
+    steps = np.arange(0, 110, 10)
+    norms = np.array([0.0, 0.5, 0.05, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.0, 1.0])
+    marks = rp.stage_steps(steps, norms)
+    # the rise of 0.5 at step 10 falls back: the 10% mark is where it stays above 0.1
+    assert marks == {0.1: 30.0, 0.5: 50.0, 0.9: 70.0}
+    assert rp.leave_zero_step(steps, norms, 0.1) == 10
+    # scaled and shifted, the same marks
+    assert rp.stage_steps(steps, 4 * norms + 2) == marks
+    # a norm that never rises has no marks
+    assert all(np.isnan(v) for v in rp.stage_steps(steps, 1 - norms).values())
+    with pytest.raises(ValueError, match="fractions"):
+        rp.stage_steps(steps, norms, fractions=(1.5,))
+    with pytest.raises(ValueError, match="steps and norms"):
+        rp.stage_steps(steps, norms[:-1])
+
+
+def test_deep_bump_metrics_short() -> None:
+    with pytest.raises(ValueError, match="window"):
+        rp.deep_bump_metrics(0, steps=40, window=40, num_docs=50)
+    out = rp.deep_bump_metrics(0, steps=40, window=20, num_docs=50)
+    for name in ("W_K", "W_Q"):
+        assert out[f"{name}.peak_step"] <= out[f"{name}.dip_step"] <= 20
+        assert -1 <= out[f"{name}.score_cos_final"] <= 1
+        assert out[f"{name}.first10"] <= out[f"{name}.stays10"]

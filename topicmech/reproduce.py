@@ -31,7 +31,7 @@ __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus
            "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
-           "deep_norm_metrics", "EMBEDDING_SETTINGS", "all_trained_metrics"]
+           "deep_norm_metrics", "deep_bump_metrics", "stage_steps", "EMBEDDING_SETTINGS", "all_trained_metrics"]
 
 #: The authors' three attention categories, in the order of their table.
 RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
@@ -553,6 +553,92 @@ def deep_norm_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, curves: 
     if curves:
         out["curve_steps"] = run.steps.tolist()
         out.update({f"{name}_curve": np.asarray(v, dtype=float).tolist() for name, v in run.norms.items()})
+    return out
+
+
+def deep_bump_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, window: int = 150,
+                      num_docs: int = 10_000) -> dict:
+    """What the early bump of ``W^K``, ``W^Q`` in the 4-layer run is: the run of
+    :func:`deep_norm_metrics` (same seed, same numbers) with the matrices kept every 5 steps.
+
+    For ``name`` in ``W_K``, ``W_Q`` (all layers stacked): ``"<name>.peak_step"``, the step of
+    the largest norm before the largest fall of the norm within the first ``window`` steps, and
+    ``"<name>.dip_step"``, the lowest point after it; ``"<name>.fall"``, that fall as a fraction
+    of the norm's rise from step 0 to ``steps``; ``"<name>.peak_frac"``, the peak's height as
+    the same fraction; ``"<name>.cos_final"``, the cosine between the displacement from the
+    initialisation at the peak and at the end (its sign is arbitrary: flipping ``W^K`` and
+    ``W^Q`` together leaves the scores unchanged), and ``"<name>.score_cos_final"``, the cosine
+    between the key-query products ``(W^K)^T W^Q`` of all layers at the peak and at the end;
+    ``"<name>.first10"`` and ``"<name>.stays10"``,
+    the first step at which the norm has covered 10% of its rise and the first after which it
+    stays there.
+    """
+    steps = check_positive_int("steps", steps)
+    window = check_positive_int("window", window)
+    if window >= steps:
+        raise ValueError(f"window must be shorter than steps={steps}, got {window!r}")
+    (corpus_seed,) = spawn_seeds(seed, 1)
+    docs = authors_lda().sample(check_positive_int("num_docs", num_docs), 100, corpus_seed)  # (n, 100)
+    model = TwoLayerTransformer(authors_lda().num_tokens, 16, num_layers=4, attend_to_masked=False,
+                                init_scale=1e-3, seed=seed)
+    kept: list[dict[str, torch.Tensor]] = []
+
+    def keep(m: TwoLayerTransformer) -> float:
+        # W_QKV[layer] stacks (q, k, v); each matrix of all layers flattened, shape (L * d * d,)
+        kept.append({name: torch.cat([W[i].detach().flatten() for W in m.W_QKV])
+                     for i, name in ((0, "W_Q"), (1, "W_K"))})
+        # the key-query products (W^K)^T W^Q of all layers, flattened, shape (L * d * d,)
+        kept[-1]["A"] = torch.cat([(W[1].detach().T @ W[0].detach()).flatten() for W in m.W_QKV])
+        return 0.0
+
+    hist = train(model, docs, steps=steps, batch_size=20, loss="cross_entropy", optimizer="adam", lr=lr,
+                 seed=seed + 7919, probes={"keep": keep}, probe_every=5)
+    at = np.asarray(hist.probe_step)
+    out: dict = {}
+    for name in ("W_K", "W_Q"):
+        mats = torch.stack([k[name] for k in kept]).double()                      # (probes, L*d*d)
+        norm = mats.norm(dim=1).numpy()
+        rise = norm[-1] - norm[0]
+        early = np.flatnonzero(at <= window)
+        # the largest fall: a peak and the lowest point after it, both within the window
+        falls = [(norm[i] - norm[early[early >= i]].min(), i) for i in early]
+        fall, peak = max(falls)
+        dip = int(early[early >= peak][np.argmin(norm[early[early >= peak]])])
+        move_peak, move_end = mats[peak] - mats[0], mats[-1] - mats[0]
+        cos = float(move_peak @ move_end / (move_peak.norm() * move_end.norm()))
+        a_peak, a_end = kept[peak]["A"].double(), kept[-1]["A"].double()
+        out[f"{name}.score_cos_final"] = float(a_peak @ a_end / (a_peak.norm() * a_end.norm()))
+        below = np.flatnonzero(norm < norm[0] + 0.1 * rise)
+        out[f"{name}.peak_step"] = float(at[peak])
+        out[f"{name}.dip_step"] = float(at[dip])
+        out[f"{name}.fall"] = float(fall / rise)
+        out[f"{name}.peak_frac"] = float((norm[peak] - norm[0]) / rise)
+        out[f"{name}.cos_final"] = cos
+        out[f"{name}.first10"] = float(at[np.argmax(norm >= norm[0] + 0.1 * rise)])
+        out[f"{name}.stays10"] = float(at[below.max() + 1]) if len(below) else 0.0
+    return out
+
+
+def stage_steps(steps: Sequence[int] | np.ndarray, norms: Sequence[float] | np.ndarray,
+                fractions: Sequence[float] = (0.1, 0.5, 0.9)) -> dict[float, float]:
+    """The steps from which a norm stays above each of ``fractions`` of its own rise from step 0
+    to the end: the first step after which it never falls below ``norms[0] + f * (norms[-1] -
+    norms[0])`` again (the first crossing, :func:`leave_zero_step`, for a curve that does not
+    fall back; NaN where it never rises). The rule of the reproduction page's stage order:
+    unchanged when a curve is multiplied by a positive constant or shifted, so it does not
+    depend on the levels of the norms, and a transient rise that falls back does not count."""
+    steps = np.asarray(steps, dtype=float)
+    norms = np.asarray(norms, dtype=float)
+    if steps.ndim != 1 or steps.shape != norms.shape or len(steps) < 2:
+        raise ValueError(f"steps and norms must be 1-d of one length >= 2, got {steps.shape} and {norms.shape}")
+    rise = norms[-1] - norms[0]
+    out = {}
+    for f in fractions:
+        f = check_float("fractions", f)
+        if not 0 < f < 1:
+            raise ValueError(f"fractions must lie in (0, 1), got {f!r}")
+        below = np.flatnonzero(norms < norms[0] + f * rise)
+        out[f] = float("nan") if not rise > 0 else float(steps[below.max() + 1] if len(below) else steps[0])
     return out
 
 
