@@ -82,8 +82,8 @@ def machine_sentence(stored: dict) -> str:
     """Where and when a stored measurement was taken, in one sentence."""
     m = stored.get("machine", {})
     gpu = f"; GPU: {m['cuda']}" if m.get("cuda") else ""
-    return (f"{m.get('mode', 'quick').capitalize()}-mode times were measured by "
-            f"benchmarks/bench_chapters.py on {m.get('date', '?')[:10]}, on "
+    return (f"{m.get('mode', 'quick').capitalize()}-mode times were measured "
+            f"on {m.get('date', '?')[:10]}, on "
             f"{m.get('usable_cores', '?')} usable cores (CPU: {m.get('cpu_model', 'unknown')}"
             f"{gpu}) with one torch thread "
             f"(Python {m.get('python', '?')}, torch {m.get('torch', '?')}, NumPy "
