@@ -78,3 +78,14 @@ def test_relative_errors_on_each_scale():
     assert rel == pytest.approx({"boost": 0.2, "topic": 0.0, "diff_topic": 0.0, "mask_col": 0.5})
     hidden = stats.relative_errors(learned, target, False)     # boost on the scale beta* - gamma*, mu itself
     assert hidden == pytest.approx({"boost": 0.1 / 0.75, "topic": 0.0, "diff_topic": 0.0, "mask_col": 0.3})
+
+
+def test_block_share_noise_and_blocks():
+    T, v = 5, 4
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((T * v, T * v))
+    assert stats.block_share(noise, T, v) < 0.2                # about 1 / v**2 = 0.06
+    blocky = np.kron(rng.standard_normal((T, T)), np.ones((v, v)))
+    assert stats.block_share(blocky, T, v) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="shape"):
+        stats.block_share(noise, T, v + 1)

@@ -16,7 +16,8 @@ import torch
 
 from .data import SimplifiedTopicModel, TopicModel
 
-__all__ = ["doc_counts", "count_chi2", "pair_stats", "max_abs_z", "distinct_topics_moments", "relative_errors"]
+__all__ = ["doc_counts", "count_chi2", "pair_stats", "max_abs_z", "distinct_topics_moments", "relative_errors",
+           "block_share"]
 
 
 def doc_counts(tokens: torch.Tensor, size: int) -> np.ndarray:
@@ -79,6 +80,22 @@ def max_abs_z(est: np.ndarray, se: np.ndarray, exact: np.ndarray, false_alarm: f
     iu = np.triu_indices(len(exact))
     z = (est - exact)[iu] / se[iu]
     return float(np.abs(z).max()), float(stats.norm.isf(false_alarm / (2 * len(z))))
+
+
+def block_share(z: np.ndarray, num_topics: int, words_per_topic: int) -> float:
+    """Share of the mean square of a ``(V, V)`` word matrix carried by its topic-block means.
+
+    Each entry is replaced by the mean of its ``(v, v)`` topic block; the result is the mean
+    square of that block-constant matrix over the mean square of ``z``. Independent noise
+    gives about ``1 / v**2``; a pattern that is constant on topic blocks gives 1.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    T, v = num_topics, words_per_topic
+    if T < 1 or v < 1 or z.shape != (T * v, T * v):
+        raise ValueError(f"z must have shape ({T * v}, {T * v}) for num_topics={num_topics} "
+                         f"and words_per_topic={words_per_topic}, got shape {z.shape}")
+    blocks = z.reshape(T, v, T, v).mean(axis=(1, 3))
+    return float((np.kron(blocks, np.ones((v, v))) ** 2).mean() / (z**2).mean())
 
 
 def distinct_topics_moments(model: TopicModel, doc_len: int) -> tuple[float, float]:
