@@ -444,3 +444,43 @@ def test_growing_topic_contrast_and_onset_step():
         traces.onset_step(0.1, -1.0, 0.01)
     with pytest.raises(ValueError, match="W_K and W_Q"):
         probes.growing_topic_contrast(K[:, :3], Q[:, :3], topic)
+
+
+def test_uniform_descent_gap_starts_at_the_initial_gap_and_decays():
+    setting = Setting(3, 2, 2, 6, attend_to_masked=False)
+    run = dynamics.train_joint(setting, steps=20, lr=2.0, init_scale=0.1, seed=4, probe_every=10)
+    gaps = dynamics.uniform_descent_gap(run, setting, [0, 10, 100, 1000])
+    # step 0 is the run's own first probe; noiseless descent only ever closes the gap
+    assert gaps[0] == pytest.approx(run.probe("value_gap")[0], rel=1e-9)
+    assert np.all(np.diff(gaps) < 0) and gaps[-1] < 1e-3 * gaps[0]
+    with pytest.raises(ValueError, match="attend_to_masked"):
+        dynamics.uniform_descent_gap(run, setting.visible(), [0])
+    with pytest.raises(ValueError, match="steps"):
+        dynamics.uniform_descent_gap(run, setting, [-1])
+    adam = dynamics.train_joint(setting, steps=10, optimizer="adam", lr=1e-2, seed=4)
+    with pytest.raises(ValueError, match="optimizer"):
+        dynamics.uniform_descent_gap(adam, setting, [0])
+    with pytest.raises(ValueError, match="JointRun"):
+        dynamics.uniform_descent_gap("run", setting, [0])
+
+
+def test_count_interval_is_clopper_pearson():
+    lo, hi = traces.count_interval(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** 0.1)
+    lo, hi = traces.count_interval(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1)
+    lo, hi = traces.count_interval(5, 10)
+    assert lo < 0.5 < hi and lo == pytest.approx(1 - hi)
+    for bad in ((11, 10), (-1, 10), (1.5, 10), (True, 10), (1, 0)):
+        with pytest.raises(ValueError):
+            traces.count_interval(*bad)
+    with pytest.raises(ValueError, match="level"):
+        traces.count_interval(1, 2, level=1.0)
+
+
+def test_stage_legend_handles():
+    from topicmech import plotting
+
+    labels = [h.get_label() for h in plotting.stage_legend_handles()]
+    assert len(labels) == 2 and "t_V" in labels[0] and "t_A" in labels[1]
+    assert len(plotting.stage_legend_handles(overlap=True)) == 3

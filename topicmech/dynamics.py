@@ -46,6 +46,7 @@ __all__ = [
     "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
     "run_summary", "joint_metrics", "weight_probes", "weight_timings", "stage_metrics", "two_stage_seed",
     "CONVENTIONS", "CURVE_EVERY", "onset_amplitude", "scale_sweep_seed", "SWEEP_METRICS",
+    "uniform_descent_gap",
 ]
 
 _Loss = Literal["squared", "cross_entropy"]
@@ -517,6 +518,46 @@ def onset_amplitude(run: JointRun, topic_of_word: torch.Tensor | np.ndarray) -> 
     c = run.config
     m = _initial_model(run.model.num_tokens, c["init_scale"], c["attend_to_masked"], c["seed"])
     return growing_topic_contrast(m.W_K.detach(), m.W_Q.detach(), topic_of_word)
+
+
+def uniform_descent_gap(run: JointRun, setting: Setting, steps: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The ``W^V`` gap that noiseless stage 1 would leave: gradient descent from the run's initial ``W^V``.
+
+    Plain gradient descent at the run's learning rate on the population loss with attention held
+    uniform, ``W <- W - lr * 2 (W Sigma - C)``, so ``W(t) - W* = (W(0) - W*)(I - 2 lr Sigma)^t``
+    (``Sigma``, ``C`` from :func:`topicmech.theory.moments` of ``setting``; ``W(0)`` rebuilt from
+    the run's seed and initial scale). Returns :func:`value_gap` at each of ``steps`` (the
+    ``[MASK]`` column left out when masked keys are hidden, as in the run's probe): what the
+    initial weights alone leave, without SGD noise. ``run`` must be a plain-SGD
+    :func:`train_joint` run of ``setting`` (same convention); the steps must be ``>= 0``.
+    """
+    if not isinstance(run, JointRun) or run.W_star is None:
+        raise ValueError(f"run must be a JointRun with a W_star, got {type(run).__name__}")
+    c = run.config
+    if c.get("optimizer") != "sgd":
+        raise ValueError(f"run must be trained by plain SGD, got optimizer={c.get('optimizer')!r}")
+    if not isinstance(setting, Setting) or setting.attend_to_masked != c["attend_to_masked"]:
+        raise ValueError(f"setting must be a Setting in the run's convention "
+                         f"(attend_to_masked={c['attend_to_masked']!r}), got {setting!r}")
+    t = np.asarray(steps, dtype=float)
+    if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ValueError(f"steps must be a 1-d sequence of steps >= 0, got {steps!r}")
+    m = _initial_model(run.model.num_tokens, c["init_scale"], c["attend_to_masked"], c["seed"])
+    W0 = m.value_matrix().detach().to(torch.float64).numpy()
+    Ws = np.asarray(run.W_star, dtype=np.float64)
+    if W0.shape != Ws.shape:
+        raise ValueError(f"setting has {Ws.shape[0]} tokens, the run's model {W0.shape[0]}")
+    Sigma, _ = theory.moments(setting)
+    lam, U = np.linalg.eigh(0.5 * (Sigma + Sigma.T))
+    E = (W0 - Ws) @ U                                       # error in Sigma's eigenbasis
+    cols = slice(None, -1) if not c["attend_to_masked"] else slice(None)
+    norm = float(np.linalg.norm(Ws[:, cols]))
+    factor = 1.0 - 2.0 * float(c["lr"]) * lam
+    gaps = []
+    for step in t:
+        Et = (E * factor**step) @ U.T
+        gaps.append(float(np.linalg.norm(Et[:, cols])) / norm)
+    return np.array(gaps)
 
 
 #: What :func:`scale_sweep_seed` keeps of :func:`stage_metrics` for each run.

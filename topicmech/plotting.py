@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: plotting imports no ch
     from .word_pairs import AttentionStats
 
 __all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve", "plot_attention_gap",
-           "plot_embedding_thresholds", "plot_tracked", "plot_attention", "label_token_axes"]
+           "plot_embedding_thresholds", "plot_tracked", "plot_attention", "label_token_axes",
+           "stage_legend_handles"]
 
 _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
                "#56b4e9"]
@@ -236,6 +237,24 @@ def _shade(ax: plt.Axes, times: StageTimes, end: float) -> None:
     ax.axvspan(0, times.value_step, color="C0", alpha=0.12, lw=0)
     if times.attention_step is not None:
         ax.axvspan(times.attention_step, end, color="C1", alpha=0.12, lw=0)
+
+
+def stage_legend_handles(overlap: bool = False) -> list:
+    """Legend entries for the stage shading of :func:`plot_tracked` and :func:`plot_attention`.
+
+    Stage 1 (until ``t_V``) and stage 2 (from ``t_A``); with ``overlap`` also the colour where
+    the stage-2 shading lies over the stage-1 shading (on white).
+    """
+    from matplotlib.patches import Patch
+
+    c0, c1 = (np.array(matplotlib.colors.to_rgb(c)) for c in ("C0", "C1"))
+    a = 0.12
+    both = (1 - a) * ((1 - a) + a * c0) + a * c1
+    handles = [Patch(color=(*c0, a), label="stage 1 (until $t_V$)"),
+               Patch(color=(*c1, a), label="stage 2 (from $t_A$)")]
+    if overlap:
+        handles.append(Patch(color=both, label="both: the stages overlap"))
+    return handles
 
 
 def plot_tracked(

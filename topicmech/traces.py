@@ -15,7 +15,7 @@ import numpy as np
 from .utils import check_float, check_positive_int
 
 __all__ = ["loglog_slope", "closing_step", "reaching_step", "growth_rate", "predicted_growth_rate",
-           "onset_step"]
+           "onset_step", "count_interval"]
 
 _Trace = Sequence[float] | np.ndarray
 
@@ -133,3 +133,23 @@ def onset_step(level: float, amplitude: float, rate: float) -> float:
                 and math.isfinite(float(x)) and float(x) > 0):
             raise ValueError(f"{name} must be a positive finite number, got {x!r}")
     return math.log(float(level) / float(amplitude)) / float(rate)
+
+
+def count_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided ``level`` interval for a proportion seen as ``successes`` of ``trials``.
+
+    E.g. how many of the stored seeds end as copiers: 10 of 10 gives about ``(0.69, 1.0)`` at
+    95%. ``trials >= 1``, ``0 <= successes <= trials``, ``0 < level < 1``.
+    """
+    n = check_positive_int("trials", trials)
+    if isinstance(successes, bool) or not isinstance(successes, (int, np.integer)) or not 0 <= successes <= n:
+        raise ValueError(f"successes must be an int between 0 and trials={n}, got {successes!r}")
+    q = check_float("level", level)
+    if not 0 < q < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    from scipy.stats import beta
+
+    k, tail = int(successes), (1 - q) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - tail, k + 1, n - k))
+    return lo, hi
