@@ -359,15 +359,28 @@ def train_word_mlm(documents: WordDocuments, *, attend_to_masked: bool, steps: i
                                 attend_to_masked=attend_to_masked,
                                 init_scale=check_float("init_scale", init_scale), seed=init_seed)
     probes: dict[str, Any] = {f"norm_{k}": functools.partial(_norm, name=k) for k in ("W_K", "W_Q", "W_V", "W_E")}
+    return _train_run(model, documents, attend_to_masked=attend_to_masked, steps=steps, seed=seed,
+                      data_seed=data_seed, architecture=dict(d_model=int(d_model)), lr=lr, batch_size=batch_size,
+                      init_scale=init_scale, masking=masking, word_topics=word_topics, probes=probes,
+                      probe_every=probe_every, num_probe_sequences=num_probe_sequences, progress=progress)
+
+
+def _train_run(model: OneLayerTransformer | WordEncoder, documents: WordDocuments, *, attend_to_masked: bool,
+               steps: int, seed: int, data_seed: int, architecture: dict[str, int], lr: float, batch_size: int,
+               init_scale: float, masking: Masking, word_topics: WordTopics | None, probes: dict[str, Any],
+               probe_every: int | None, num_probe_sequences: int, progress: bool) -> WordMLM:
+    """The tail both trainers share: the ratio probe (with ``word_topics``), the config, then
+    :func:`topicmech.train.train` from ``data_seed`` (or, at ``steps=0``, the probes of the untrained model)."""
+    probes = dict(probes)
     if word_topics is not None:
         reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
 
-        def ratios(m: OneLayerTransformer) -> np.ndarray:
+        def ratios(m: OneLayerTransformer | WordEncoder) -> np.ndarray:
             r = reader(m)
             return np.asarray([r[k] for k in TRACKED_KEYS])
 
         probes["ratios"] = ratios
-    config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), d_model=int(d_model), lr=float(lr),
+    config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), **architecture, lr=float(lr),
                   batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
                   vocab_size=documents.vocab_size, seq_len=documents.seq_len)
     if steps == 0:
@@ -746,21 +759,11 @@ def train_word_encoder(documents: WordDocuments, *, attend_to_masked: bool, step
     model = WordEncoder(documents.num_tokens, max_len=documents.seq_len, attend_to_masked=attend_to_masked,
                         layers=layers, heads=heads, hidden=hidden, intermediate=intermediate, init_scale=init_scale,
                         seed=init_seed)
-    probes: dict[str, Any] = {}
-    if word_topics is not None:
-        reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
-        probes["ratios"] = lambda m: np.asarray([reader(m)[k] for k in TRACKED_KEYS])
-    config = dict(attend_to_masked=model.attend_to_masked, steps=int(steps), seed=int(seed), layers=int(layers),
-                  heads=int(heads), hidden=int(hidden), intermediate=int(intermediate), lr=float(lr),
-                  batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
-                  vocab_size=documents.vocab_size, seq_len=documents.seq_len)
-    if steps == 0:
-        history = History(probe_step=[0], probes={k: [fn(model)] for k, fn in probes.items()})
-    else:
-        history = train(model, documents.tokens, steps=int(steps), lr=check_float("lr", lr), optimizer="adam",
-                        loss="cross_entropy", batch_size=check_positive_int("batch_size", batch_size), masking=masking,
-                        seed=data_seed, probes=probes, probe_every=probe_every, progress=progress)
-    return WordMLM(model, documents.words, history, config)
+    arch = dict(layers=int(layers), heads=int(heads), hidden=int(hidden), intermediate=int(intermediate))
+    return _train_run(model, documents, attend_to_masked=model.attend_to_masked, steps=steps, seed=seed,
+                      data_seed=data_seed, architecture=arch, lr=lr, batch_size=batch_size, init_scale=init_scale,
+                      masking=masking, word_topics=word_topics, probes={}, probe_every=probe_every,
+                      num_probe_sequences=num_probe_sequences, progress=progress)
 
 
 def encoder_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 400,
