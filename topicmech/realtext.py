@@ -50,6 +50,7 @@ from .theory import (
     stage1_sgd_lr,
     value_block_coefficients,
 )
+from .theory.embeddings import tied_bias_from_moments
 from .train import History, train
 from .utils import check_float, check_positive_int, check_seed, numpy_rng, shift_seed, spawn_seeds
 from .word_pairs import embedding_ratios, shares_topic
@@ -57,7 +58,8 @@ from .word_pairs import embedding_ratios, shares_topic
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
-    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap",
+    "embedding_optimum_on_text", "gram_cosines", "load_text", "learning_run", "value_run", "RATIO_KEYS",
     "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR", "WordEncoder",
     "train_word_encoder", "encoder_run",
 ]
@@ -551,6 +553,34 @@ def synthetic_gap(documents: WordDocuments, word_topics: WordTopics, *, attend_t
     v = max(2, round(len(word_topics) / max(T, 1)))
     b = value_block_coefficients(Setting(max(T, 2), v, 2, documents.seq_len, attend_to_masked=attend_to_masked))
     return float(b.same_topic - b.diff_topic)
+
+
+def embedding_optimum_on_text(documents: WordDocuments, *, attend_to_masked: bool, d: int | None = None,
+                              passes: int = 10, seed: int = 0, l2: float = 1e-5, steps: int = 200,
+                              masking: Masking = BERT_MASKING) -> np.ndarray:
+    """The authors' embedding optimum on the corpus's own moments: attention frozen uniform, ``W^V = I``, a tied
+    head ``W_E^T`` with a bias, only the embeddings trained, squared loss; the optimal Gram matrix
+    ``M = W_E^T W_E`` of rank ``<= d`` (default ``D``), shape ``(D, D)``, rows and columns the word ids, then
+    ``[MASK]``. :func:`corpus_moments` (``passes`` BERT corruptions drawn by ``seed``) into
+    :func:`topicmech.theory.embeddings.tied_bias_from_moments` (ridge ``l2 ||M||_F^2``, at most ``steps``
+    L-BFGS iterations). ``M`` is determined up to ``c 1 1^T``, which the bias absorbs: read differences of its
+    entries, or the cosines of a representative (:func:`gram_cosines`)."""
+    Sigma, C = corpus_moments(documents, attend_to_masked=attend_to_masked, passes=passes, seed=seed,
+                              masking=masking)
+    M, _ = tied_bias_from_moments(Sigma, C, d=d, l2=check_float("l2", l2, positive=False),
+                                  steps=check_positive_int("steps", steps), seed=seed)
+    return M
+
+
+def gram_cosines(gram: np.ndarray) -> np.ndarray:
+    """The cosine matrix ``G_ij / sqrt(G_ii G_jj)`` of a Gram matrix (of embeddings ``X``: ``X X^T``); 0 in the
+    rows and columns of zero vectors."""
+    G = np.asarray(gram, dtype=np.float64)
+    if G.ndim != 2 or G.shape[0] != G.shape[1]:
+        raise ValueError(f"gram must be a square matrix, got shape {G.shape}")
+    norm = np.sqrt(np.clip(np.diag(G), 0.0, None))
+    inv = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)
+    return G * inv[:, None] * inv[None, :]
 
 
 # ---- the runs the chapter and the stored results share ----------------------------------------------------------
