@@ -333,5 +333,10 @@ def test_stored_results_support_chapter_9():
     assert enc.values("final_cosine_gap").min() > enc.values("shuffled_cosine_gap").max() + 0.2
     assert enc.interval("final_attention").hi < 1
     assert stages.values("final_attention").min() > enc.values("final_attention").max() + 0.1
+    emb = results.load("realtext_embedding")
+    for name in ("opt", "opt_d", "trained"):
+        assert (emb.values(f"{name}_cosine_gap") > emb.values(f"{name}_cosine_gap_shuffled") + 0.03).all(), name
+    assert (emb.values("opt_gram_gap_shuffled") < 0.5 * emb.values("opt_gram_gap")).all()
+    assert (emb.values("trained_cosine_gap") > emb.values("opt_d_cosine_gap") + 0.05).all()
     row = results.rerun(stages, seeds=[1])[0]
     stages.check_rerun([{k: v for k, v in row.items() if k != "num_words"}], rtol=1e-3, atol=1e-5)

@@ -59,7 +59,7 @@ __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
     "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap",
-    "embedding_optimum_on_text", "gram_cosines", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "embedding_optimum_on_text", "gram_cosines", "embedding_run", "load_text", "learning_run", "value_run", "RATIO_KEYS",
     "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR", "WordEncoder",
     "train_word_encoder", "encoder_run",
 ]
@@ -661,6 +661,37 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
             "corr": topic_block_correlation(res.W_trained, res.W_star, docs, wt),
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
+
+
+def embedding_run(seed: int, *, attend_to_masked: bool = True, corpus: str = "wikipedia", max_words: int = 300,
+                  seq_len: int = 128, passes: int = 10, l2: float = 1e-5, steps: int = 200, d: int = 64,
+                  train_steps: int = 400, shuffles: int = 5) -> dict[str, float]:
+    """One seed of the chapter's embedding-optimum check, as ``{metric: number}``: on :func:`load_text`'s
+    documents and :func:`topic_words`, the optimum of :func:`embedding_optimum_on_text` at full rank
+    (``opt_``) and at rank ``d`` (``opt_d_``), and the Gram matrix of :func:`train_word_mlm`'s embeddings after
+    ``train_steps`` steps (``trained_``): the mean cosine over same-topic and different-topic pairs and their gap,
+    the largest gap over ``shuffles`` frequency-matched shuffles, the Gram gap (and its shuffled maximum) and the
+    correlation of the Gram entries with the full-rank optimum's (:func:`topic_block_correlation`). ``seed``
+    draws the corruptions behind the moments, the trained model and the shuffles."""
+    docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
+    wt = topic_words(docs, lda)
+    kw = dict(attend_to_masked=attend_to_masked, passes=passes, seed=seed, l2=l2, steps=steps)
+    X = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=train_steps, seed=seed).embeddings
+    grams = {"opt": embedding_optimum_on_text(docs, **kw), "opt_d": embedding_optimum_on_text(docs, d=d, **kw),
+             "trained": X.astype(np.float64) @ X.astype(np.float64).T}
+    nulls = [frequency_matched_shuffle(wt, docs, seed=seed * shuffles + i) for i in range(shuffles)]
+    out: dict[str, float] = {}
+    for name, G in grams.items():
+        cos = gram_cosines(G)
+        c = topic_block_gap(cos, docs, wt)
+        out.update({f"{name}_cosine_same": c["same_topic"], f"{name}_cosine_diff": c["diff_topic"],
+                    f"{name}_cosine_gap": c["gap"],
+                    f"{name}_cosine_gap_shuffled": max(topic_block_gap(cos, docs, n)["gap"] for n in nulls),
+                    f"{name}_gram_gap": topic_block_gap(G, docs, wt)["gap"],
+                    f"{name}_gram_gap_shuffled": max(topic_block_gap(G, docs, n)["gap"] for n in nulls),
+                    f"{name}_corr": topic_block_correlation(G, grams["opt"], docs, wt)})
+    out["num_words"] = len(wt)
+    return out
 
 
 @functools.lru_cache(maxsize=2)
