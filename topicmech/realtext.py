@@ -663,7 +663,7 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
 
 
-def embedding_run(seed: int, *, attend_to_masked: bool = True, corpus: str = "wikipedia", max_words: int = 300,
+def embedding_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", max_words: int = 300,
                   seq_len: int = 128, passes: int = 10, l2: float = 1e-5, steps: int = 200, d: int = 64,
                   train_steps: int = 400, shuffles: int = 5) -> dict[str, float]:
     """One seed of the chapter's embedding-optimum check, as ``{metric: number}``: on :func:`load_text`'s
