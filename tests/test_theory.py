@@ -597,3 +597,37 @@ def test_lda_sigma_eigenvalues_match_the_simplified_model_at_the_matching_alpha(
     want = th.sigma_eigenvalues(setting)
     np.testing.assert_allclose(got, want, rtol=1e-10)
     assert 0 < got[0] <= got[1]
+
+
+def test_tied_bias_from_moments():
+    """From a topic model's moments the moments-only solver gives tied_bias_optimum's M and bias (its stationary
+    route); at rank d < D it returns a PSD M of rank <= d no worse than the truncated full-rank optimum; the
+    ridge shrinks M; bad input raises ValueError naming it."""
+    setting = Setting(**P0, attend_to_masked=True)
+    opt = th.tied_bias_optimum(setting)
+    assert opt.route == "stationary"
+    Sigma, C = th.moments(setting)
+    M, b = th.embeddings.tied_bias_from_moments(Sigma, C)
+    np.testing.assert_allclose(M, opt.M, atol=1e-9)
+    np.testing.assert_allclose(b, opt.bias, atol=1e-9)
+    one = np.ones(Sigma.shape[0])
+    mu_x, mu_y = Sigma @ one, C @ one
+    Sc, Cc = Sigma - np.outer(mu_x, mu_x), C - np.outer(mu_y, mu_x)
+
+    def loss(A):
+        return th.embedding_loss(A, Sc, Cc)
+
+    M2, b2 = th.embeddings.tied_bias_from_moments(Sigma, C, d=2, steps=500)
+    lam, U = np.linalg.eigh(M)
+    trunc = (U[:, -2:] * lam[-2:]) @ U[:, -2:].T                            # best rank-2 part of the optimum
+    assert np.linalg.matrix_rank(M2, tol=1e-8) <= 2 and np.linalg.eigvalsh(M2).min() > -1e-9
+    assert loss(M) <= loss(M2) + 1e-12 and loss(M2) <= loss(trunc) + 1e-9
+    np.testing.assert_allclose(b2, mu_y - M2 @ mu_x, atol=1e-12)
+    M_ridge, _ = th.embeddings.tied_bias_from_moments(Sigma, C, l2=1e-2)
+    assert np.linalg.norm(M_ridge) < np.linalg.norm(M)
+    with pytest.raises(ValueError, match="l2"):
+        th.embeddings.tied_bias_from_moments(Sigma, C, l2=-1.0)
+    with pytest.raises(ValueError, match="Sigma and C"):
+        th.embeddings.tied_bias_from_moments(Sigma, C[:-1])
+    with pytest.raises(ValueError, match="d must"):
+        th.embeddings.tied_bias_from_moments(Sigma, C, d=0)

@@ -50,6 +50,7 @@ from .theory import (
     stage1_sgd_lr,
     value_block_coefficients,
 )
+from .theory.embeddings import tied_bias_from_moments
 from .train import History, train
 from .utils import check_float, check_positive_int, check_seed, numpy_rng, shift_seed, spawn_seeds
 from .word_pairs import embedding_ratios, shares_topic
@@ -57,7 +58,8 @@ from .word_pairs import embedding_ratios, shares_topic
 __all__ = [
     "WordDocuments", "word_documents", "topic_words", "frequency_matched_shuffle", "TopicRatioReader", "topic_ratios",
     "weight_norms", "TRACKED_KEYS", "WordMLM", "train_word_mlm", "StageTimes", "stage_times", "corpus_moments", "ValueOnText",
-    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap", "load_text", "learning_run", "value_run", "RATIO_KEYS",
+    "value_on_text", "topic_block_gap", "topic_block_correlation", "synthetic_gap",
+    "embedding_optimum_on_text", "gram_cosines", "embedding_run", "load_text", "learning_run", "value_run", "RATIO_KEYS",
     "default_run", "minilm_run", "THRESHOLDS", "STAGE_GAP", "STAGE_RATIO", "STAGE_FACTOR", "WordEncoder",
     "train_word_encoder", "encoder_run",
 ]
@@ -359,15 +361,28 @@ def train_word_mlm(documents: WordDocuments, *, attend_to_masked: bool, steps: i
                                 attend_to_masked=attend_to_masked,
                                 init_scale=check_float("init_scale", init_scale), seed=init_seed)
     probes: dict[str, Any] = {f"norm_{k}": functools.partial(_norm, name=k) for k in ("W_K", "W_Q", "W_V", "W_E")}
+    return _train_run(model, documents, attend_to_masked=attend_to_masked, steps=steps, seed=seed,
+                      data_seed=data_seed, architecture=dict(d_model=int(d_model)), lr=lr, batch_size=batch_size,
+                      init_scale=init_scale, masking=masking, word_topics=word_topics, probes=probes,
+                      probe_every=probe_every, num_probe_sequences=num_probe_sequences, progress=progress)
+
+
+def _train_run(model: OneLayerTransformer | WordEncoder, documents: WordDocuments, *, attend_to_masked: bool,
+               steps: int, seed: int, data_seed: int, architecture: dict[str, int], lr: float, batch_size: int,
+               init_scale: float, masking: Masking, word_topics: WordTopics | None, probes: dict[str, Any],
+               probe_every: int | None, num_probe_sequences: int, progress: bool) -> WordMLM:
+    """The tail both trainers share: the ratio probe (with ``word_topics``), the config, then
+    :func:`topicmech.train.train` from ``data_seed`` (or, at ``steps=0``, the probes of the untrained model)."""
+    probes = dict(probes)
     if word_topics is not None:
         reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
 
-        def ratios(m: OneLayerTransformer) -> np.ndarray:
+        def ratios(m: OneLayerTransformer | WordEncoder) -> np.ndarray:
             r = reader(m)
             return np.asarray([r[k] for k in TRACKED_KEYS])
 
         probes["ratios"] = ratios
-    config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), d_model=int(d_model), lr=float(lr),
+    config = dict(attend_to_masked=attend_to_masked, steps=int(steps), seed=int(seed), **architecture, lr=float(lr),
                   batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
                   vocab_size=documents.vocab_size, seq_len=documents.seq_len)
     if steps == 0:
@@ -540,6 +555,34 @@ def synthetic_gap(documents: WordDocuments, word_topics: WordTopics, *, attend_t
     return float(b.same_topic - b.diff_topic)
 
 
+def embedding_optimum_on_text(documents: WordDocuments, *, attend_to_masked: bool, d: int | None = None,
+                              passes: int = 10, seed: int = 0, l2: float = 1e-5, steps: int = 200,
+                              masking: Masking = BERT_MASKING) -> np.ndarray:
+    """The authors' embedding optimum on the corpus's own moments: attention frozen uniform, ``W^V = I``, a tied
+    head ``W_E^T`` with a bias, only the embeddings trained, squared loss; the optimal Gram matrix
+    ``M = W_E^T W_E`` of rank ``<= d`` (default ``D``), shape ``(D, D)``, rows and columns the word ids, then
+    ``[MASK]``. :func:`corpus_moments` (``passes`` BERT corruptions drawn by ``seed``) into
+    :func:`topicmech.theory.tied_bias_from_moments` (ridge ``l2 ||M||_F^2``, at most ``steps``
+    L-BFGS iterations). ``M`` is determined up to ``c 1 1^T``, which the bias absorbs: read differences of its
+    entries, or the cosines of a representative (:func:`gram_cosines`)."""
+    Sigma, C = corpus_moments(documents, attend_to_masked=attend_to_masked, passes=passes, seed=seed,
+                              masking=masking)
+    M, _ = tied_bias_from_moments(Sigma, C, d=d, l2=check_float("l2", l2, positive=False),
+                                  steps=check_positive_int("steps", steps), seed=seed)
+    return M
+
+
+def gram_cosines(gram: np.ndarray) -> np.ndarray:
+    """The cosine matrix ``G_ij / sqrt(G_ii G_jj)`` of a Gram matrix (of embeddings ``X``: ``X X^T``); 0 in the
+    rows and columns of zero vectors."""
+    G = np.asarray(gram, dtype=np.float64)
+    if G.ndim != 2 or G.shape[0] != G.shape[1]:
+        raise ValueError(f"gram must be a square matrix, got shape {G.shape}")
+    norm = np.sqrt(np.clip(np.diag(G), 0.0, None))
+    inv = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)
+    return G * inv[:, None] * inv[None, :]
+
+
 # ---- the runs the chapter and the stored results share ----------------------------------------------------------
 @functools.lru_cache(maxsize=4)
 def load_text(corpus: str = "wikipedia", *, num_topics: int = 20, passes: int = 2, lda_seed: int = 0,
@@ -618,6 +661,37 @@ def value_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", m
     return {"excess": res.excess, "relative_error": res.relative_error, "gap_star": gs["gap"], "gap_trained": gt["gap"],
             "corr": topic_block_correlation(res.W_trained, res.W_star, docs, wt),
             "synthetic_gap": synthetic_gap(docs, wt, attend_to_masked=attend_to_masked), "lr": res.lr}
+
+
+def embedding_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", max_words: int = 300,
+                  seq_len: int = 128, passes: int = 10, l2: float = 1e-5, steps: int = 200, d: int = 64,
+                  train_steps: int = 400, shuffles: int = 5) -> dict[str, float]:
+    """One seed of the chapter's embedding-optimum check, as ``{metric: number}``: on :func:`load_text`'s
+    documents and :func:`topic_words`, the optimum of :func:`embedding_optimum_on_text` at full rank
+    (``opt_``) and at rank ``d`` (``opt_d_``), and the Gram matrix of :func:`train_word_mlm`'s embeddings after
+    ``train_steps`` steps (``trained_``): the mean cosine over same-topic and different-topic pairs and their gap,
+    the largest gap over ``shuffles`` frequency-matched shuffles, the Gram gap (and its shuffled maximum) and the
+    correlation of the Gram entries with the full-rank optimum's (:func:`topic_block_correlation`). ``seed``
+    draws the corruptions behind the moments, the trained model and the shuffles."""
+    docs, lda = load_text(corpus, seq_len=seq_len, max_words=max_words)
+    wt = topic_words(docs, lda)
+    kw = dict(attend_to_masked=attend_to_masked, passes=passes, seed=seed, l2=l2, steps=steps)
+    X = train_word_mlm(docs, attend_to_masked=attend_to_masked, steps=train_steps, seed=seed).embeddings
+    grams = {"opt": embedding_optimum_on_text(docs, **kw), "opt_d": embedding_optimum_on_text(docs, d=d, **kw),
+             "trained": X.astype(np.float64) @ X.astype(np.float64).T}
+    nulls = [frequency_matched_shuffle(wt, docs, seed=seed * shuffles + i) for i in range(shuffles)]
+    out: dict[str, float] = {}
+    for name, G in grams.items():
+        cos = gram_cosines(G)
+        c = topic_block_gap(cos, docs, wt)
+        out.update({f"{name}_cosine_same": c["same_topic"], f"{name}_cosine_diff": c["diff_topic"],
+                    f"{name}_cosine_gap": c["gap"],
+                    f"{name}_cosine_gap_shuffled": max(topic_block_gap(cos, docs, n)["gap"] for n in nulls),
+                    f"{name}_gram_gap": topic_block_gap(G, docs, wt)["gap"],
+                    f"{name}_gram_gap_shuffled": max(topic_block_gap(G, docs, n)["gap"] for n in nulls),
+                    f"{name}_corr": topic_block_correlation(G, grams["opt"], docs, wt)})
+    out["num_words"] = len(wt)
+    return out
 
 
 @functools.lru_cache(maxsize=2)
@@ -746,21 +820,11 @@ def train_word_encoder(documents: WordDocuments, *, attend_to_masked: bool, step
     model = WordEncoder(documents.num_tokens, max_len=documents.seq_len, attend_to_masked=attend_to_masked,
                         layers=layers, heads=heads, hidden=hidden, intermediate=intermediate, init_scale=init_scale,
                         seed=init_seed)
-    probes: dict[str, Any] = {}
-    if word_topics is not None:
-        reader = TopicRatioReader(documents, word_topics, num_sequences=num_probe_sequences, seed=seed)
-        probes["ratios"] = lambda m: np.asarray([reader(m)[k] for k in TRACKED_KEYS])
-    config = dict(attend_to_masked=model.attend_to_masked, steps=int(steps), seed=int(seed), layers=int(layers),
-                  heads=int(heads), hidden=int(hidden), intermediate=int(intermediate), lr=float(lr),
-                  batch_size=int(batch_size), init_scale=float(init_scale), corpus=documents.corpus_name,
-                  vocab_size=documents.vocab_size, seq_len=documents.seq_len)
-    if steps == 0:
-        history = History(probe_step=[0], probes={k: [fn(model)] for k, fn in probes.items()})
-    else:
-        history = train(model, documents.tokens, steps=int(steps), lr=check_float("lr", lr), optimizer="adam",
-                        loss="cross_entropy", batch_size=check_positive_int("batch_size", batch_size), masking=masking,
-                        seed=data_seed, probes=probes, probe_every=probe_every, progress=progress)
-    return WordMLM(model, documents.words, history, config)
+    arch = dict(layers=int(layers), heads=int(heads), hidden=int(hidden), intermediate=int(intermediate))
+    return _train_run(model, documents, attend_to_masked=model.attend_to_masked, steps=steps, seed=seed,
+                      data_seed=data_seed, architecture=arch, lr=lr, batch_size=batch_size, init_scale=init_scale,
+                      masking=masking, word_topics=word_topics, probes={}, probe_every=probe_every,
+                      num_probe_sequences=num_probe_sequences, progress=progress)
 
 
 def encoder_run(seed: int, *, attend_to_masked: bool, corpus: str = "wikipedia", steps: int = 400,

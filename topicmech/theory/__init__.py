@@ -39,6 +39,7 @@ from .embeddings import (
     allocation_gains,
     embedding_loss,
     symmetric_optimum,
+    tied_bias_from_moments,
     tied_bias_optimum,
     tied_embedding_blocks,
     tied_embedding_optimum,
@@ -89,7 +90,7 @@ __all__ = [
     "least_squares_value_matrix", "chunks", "doc_counts",
     # embeddings
     "embedding_loss", "symmetric_optimum", "tied_embedding_optimum", "TiedBlocks", "tied_embedding_blocks",
-    "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "allocation_gains", "AllocationGains",
+    "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "tied_bias_from_moments", "allocation_gains", "AllocationGains",
     # attention
     "empirical_key_query_gradient", "key_query_gradient", "key_query_gradient_limit", "TARGET_GROWTH_RATE",
     "hidden_key_gradient", "stage2_drive", "default_stage2_lr", "TiedAttentionObjective", "TiedAttentionOptimum",

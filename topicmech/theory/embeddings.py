@@ -19,8 +19,8 @@ from ..utils import as_float64, check_positive_int, numpy_rng
 from .value import RCOND, check_setting, moments, orbit_means, population_loss
 
 __all__ = ["embedding_loss", "symmetric_optimum", "tied_embedding_optimum", "TiedBlocks", "tied_embedding_blocks",
-           "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "AllocationGains",
-           "allocation_gains"]
+           "weighted_topic_gap", "TiedBiasOptimum", "tied_bias_optimum", "tied_bias_from_moments",
+           "AllocationGains", "allocation_gains"]
 
 
 def embedding_loss(M: np.ndarray, Sigma: np.ndarray, C: np.ndarray) -> float:
@@ -432,3 +432,35 @@ def tied_bias_optimum(setting: Setting) -> TiedBiasOptimum:
         min_eig=min_eig, min_eig_perp=min_eig_perp, route=route,
         loss=float(np.sum((M @ Sc) * M) - 2.0 * np.sum(M * Cc) + 1.0 - mu_y @ mu_y),
     )
+
+
+def tied_bias_from_moments(Sigma: np.ndarray, C: np.ndarray, *, d: int | None = None, l2: float = 0.0,
+                           steps: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The authors' tied head with a bias, ``f = M xbar + b`` with ``M = E^T E`` of rank ``<= d`` (default
+    ``D``), from any moments ``Sigma = E[xbar xbar^T]``, ``C = E[y xbar^T]`` whose ``xbar`` sum to 1 (so
+    ``mu_x = Sigma 1`` and ``mu_y = C 1``), such as those of a corpus; returns ``(M, b)``, shapes ``(D, D)``
+    and ``(D,)``.
+
+    As :func:`tied_bias_optimum`: ``b = mu_y - M mu_x`` and ``M`` minimises the tied-head loss with the
+    centred moments, here plus ``l2 ||M||_F^2`` (``l2 > 0`` makes the optimum unique when ``Sigma`` is
+    ill-conditioned, as rare words make it). The minimum-norm stationary point when it is positive
+    semi-definite and ``d = D``; otherwise :func:`tied_embedding_optimum` (one start, at most ``steps``
+    L-BFGS iterations, ``seed`` its jitter), since on real moments the constraint usually binds.
+    """
+    S, Cm = as_float64(Sigma), as_float64(C)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or Cm.shape != S.shape:
+        raise ValueError(f"Sigma and C must be square matrices of one shape, got {S.shape} and {Cm.shape}")
+    D = S.shape[0]
+    d = D if d is None else min(check_positive_int("d", d), D)
+    l2 = float(l2)
+    if not math.isfinite(l2) or l2 < 0:
+        raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
+    one = np.ones(D)
+    mu_x, mu_y = S @ one, Cm @ one                                      # (D,), (D,)
+    Sc = S - np.outer(mu_x, mu_x) + l2 * np.eye(D)
+    Cc = Cm - np.outer(mu_y, mu_x)
+    M = symmetric_optimum(Sc, Cc)                                       # (D, D), min-norm
+    M = 0.5 * (M + M.T)
+    if d < D or np.linalg.eigvalsh(M).min() < -1e-9 * max(1.0, float(np.abs(M).max())):
+        _, M = tied_embedding_optimum(Sc, Cc, d, seed=seed, steps=steps, restarts=1)
+    return M, mu_y - M @ mu_x
