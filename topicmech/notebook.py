@@ -6,6 +6,7 @@ Imported on first use (``tm.setup_notebook``, ``tm.glue_values``): it pulls in m
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,9 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
         shell = None
     if shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell":
         shell.run_line_magic("matplotlib", "inline")  # even if MPLBACKEND=Agg is set
+        # tqdm.auto (imported by transformers, and by train(progress=True)) warns once that
+        # ipywidgets is missing and falls back to a text bar: no news for a reader of the page
+        warnings.filterwarnings("ignore", message="IProgress not found")
     plotting.set_style()
     return run_mode()
 
