@@ -390,13 +390,16 @@ def mask_query_attention(pattern: torch.Tensor, inputs: torch.Tensor, selected: 
 
 
 def tied_limit_grid(num_topics: Sequence[int], topics_per_doc: Sequence[int], *, words_per_topic: int,
-                    attend_to_masked: bool, masking: Masking = BERT_MASKING) -> list[dict[str, Any]]:
+                    attend_to_masked: bool, masking: Masking = BERT_MASKING, value_matrix: str = "limit",
+                    mask_query: str = "tied") -> list[dict[str, Any]]:
     """The N -> inf optimum of the tied attention (:func:`topicmech.theory.tied_attention_optimum`
     with ``doc_len=math.inf``) at every ``(T, tau)`` with ``tau < T`` of the two lists.
 
     Returns one dict per setting: ``num_topics``, ``topics_per_doc``, ``alpha``, ``beta``,
     ``weighted_ratio``, ``ratio_over_tau``, ``ratio_over_T``, ``at_bound`` (the optimum runs to the
-    edge of the search box, there ``alpha -> 0``) and ``identified``.
+    edge of the search box, there ``alpha -> 0``) and ``identified``. ``value_matrix`` and
+    ``mask_query`` vary two choices of the limit
+    (:class:`topicmech.theory.TiedAttentionLimitObjective`).
     """
     v = check_positive_int("words_per_topic", words_per_topic)
     rows = []
@@ -405,7 +408,8 @@ def tied_limit_grid(num_topics: Sequence[int], topics_per_doc: Sequence[int], *,
             if tau >= T:
                 continue
             o = theory.tied_attention_optimum(Setting(T, v, tau, math.inf, masking=masking,
-                                                      attend_to_masked=attend_to_masked))
+                                                      attend_to_masked=attend_to_masked),
+                                              value_matrix=value_matrix, mask_query=mask_query)
             rows.append({"num_topics": int(T), "topics_per_doc": int(tau), "alpha": o.alpha, "beta": o.beta,
                          "weighted_ratio": o.weighted_ratio, "ratio_over_tau": o.weighted_ratio / tau,
                          "ratio_over_T": o.weighted_ratio / T, "at_bound": o.at_bound, "identified": o.identified})
@@ -464,20 +468,25 @@ def conventions_seed(seed: int, *, heldout_docs: int = 2000) -> dict[str, float]
 
 
 def tied_convergence_seed(seed: int, *, doc_lens: Sequence[int], num_docs: Sequence[int], num_topics: int = 8,
-                          words_per_topic: int = 3, topics_per_doc: int = 2) -> dict[str, float]:
+                          words_per_topic: int = 3, topics_per_doc: int = 2,
+                          conventions: Sequence[str] = ("hidden", "visible")) -> dict[str, float]:
     """The finite-N tied optimum (:func:`topicmech.theory.tied_attention_optimum`) on one sample per
     document length, in both conventions, for the convergence to the N -> inf limit.
 
     ``seed`` draws the samples; ``num_docs[k]`` documents at ``doc_lens[k]``. Returns
     ``{convention}.N{N}.rho`` and ``.rho_se`` (the weighted ratio and its sandwich standard error),
     ``.alpha`` and ``.beta``, for ``convention`` in ``hidden`` (the released code's) and ``visible``
-    (the theory's).
+    (the theory's); ``conventions`` picks which of the two to compute.
     """
+    if not conventions or any(c not in ("hidden", "visible") for c in conventions):
+        raise ValueError(f"conventions must be a non-empty list of 'hidden' and 'visible', got {conventions!r}")
     if len(doc_lens) != len(num_docs) or not len(doc_lens):
         raise ValueError(f"doc_lens and num_docs must be non-empty and of one length, got {doc_lens!r}, "
                          f"{num_docs!r}")
     out: dict[str, float] = {}
     for name, visible in (("hidden", False), ("visible", True)):
+        if name not in conventions:
+            continue
         for N, n_docs in zip(doc_lens, num_docs):
             s = Setting(num_topics, words_per_topic, topics_per_doc, int(N), attend_to_masked=visible)
             o = theory.tied_attention_optimum(s, seed=seed, num_docs=int(n_docs))
