@@ -202,3 +202,26 @@ def test_score_matrix_losses_uniform_and_validation():
         stage2.score_matrix_losses(W, [A0], config.setting, num_docs=1)
     with pytest.raises(ValueError, match="doc_len"):
         stage2.score_matrix_losses(W, [A0], config.setting.replace(doc_len=math.inf), num_docs=10)
+
+
+def test_run_metrics_of_a_short_run():
+    """run_metrics reads a run as chapter 5 does; attention ratios are of order one after 20 steps."""
+    config = stage2.Stage2Setting.quick(attend_to_masked=True).replace(steps=20, probe_every=10)
+    model, hist = stage2.run_stage2(config, seed=0)
+    data = config.topic_model()
+    row = stage2.run_metrics(model, hist, data.sample(200, config.setting.N, seed=1), data.topic_of_word,
+                             prefix="visible.")
+    assert set(row) == {f"visible.{k}" for k in ("topic_ratio", "self", "self_rel", "word_rel", "topic_final",
+                                                  "word_final", "topic_peak_over_final", "copier")}
+    assert isinstance(row["visible.copier"], bool)
+    assert 0.5 < row["visible.topic_ratio"] < 2 and 0.5 < row["visible.self_rel"] < 2
+
+
+def test_tied_convergence_seed_keys_and_bad_input():
+    out = stage2.tied_convergence_seed(0, doc_lens=[16], num_docs=[500], conventions=["hidden"])
+    assert set(out) == {f"hidden.N16.{k}" for k in ("rho", "rho_se", "alpha", "beta")}
+    assert out["hidden.N16.rho"] > 1 and out["hidden.N16.rho_se"] > 0
+    with pytest.raises(ValueError, match="doc_lens"):
+        stage2.tied_convergence_seed(0, doc_lens=[16, 32], num_docs=[500])
+    with pytest.raises(ValueError, match="conventions"):
+        stage2.tied_convergence_seed(0, doc_lens=[16], num_docs=[500], conventions=["both"])

@@ -107,3 +107,44 @@ def test_limit_bad_input():
         th.tied_attention_optimum(limit(5, 3, 5, visible=True))
     with pytest.raises(ValueError, match="alpha"):
         th.tied_attention_objective(limit(visible=True)).loss(0.0, 1.0)
+
+
+@CONVENTIONS
+def test_limit_choices_mask_query_and_value_matrix(visible):
+    """The two choices of the limit that chapter 5 varies: an untied [MASK] query (uniform
+    attention whatever alpha, beta) and the minimum-norm W^V at N = inf."""
+    s = limit(8, 3, 2, visible=visible)
+    tied = th.TiedAttentionLimitObjective(s)
+    untied = th.TiedAttentionLimitObjective(s, mask_query="uniform")
+    min_norm = th.TiedAttentionLimitObjective(s, value_matrix="min_norm")
+    # at uniform attention the [MASK] query attends uniformly either way
+    assert untied.loss(1.0, 1.0) == pytest.approx(tied.loss(1.0, 1.0), abs=1e-14)
+    assert np.allclose(min_norm.W_star, th.optimal_value_matrix(s), atol=1e-12)
+    if not visible:
+        # hidden keys: no [MASK] key, and lim W*(N) is the minimum-norm optimum (B / v)
+        assert untied.loss(3.0, 5.0) == pytest.approx(tied.loss(3.0, 5.0), abs=1e-14)
+        assert np.allclose(min_norm.W_star, tied.W_star, atol=1e-12)
+        return
+    # visible keys: a large beta costs the tied [MASK] query, not the untied one
+    assert tied.loss(1.0, 50.0) - tied.loss(1.0, 1.0) > untied.loss(1.0, 50.0) - untied.loss(1.0, 1.0)
+    # the gradient of the untied objective matches central differences
+    h = 1e-6
+    _, g = untied.gradient(math.log(2.0), math.log(3.0))
+    fd = [(untied.loss(2.0 * math.exp(h), 3.0) - untied.loss(2.0 * math.exp(-h), 3.0)) / (2 * h),
+          (untied.loss(2.0, 3.0 * math.exp(h)) - untied.loss(2.0, 3.0 * math.exp(-h))) / (2 * h)]
+    assert np.allclose(g, fd, rtol=1e-5, atol=1e-10)
+    # the optima: untied a copier (alpha -> 0), min-norm topical with no weight on the word
+    o_u = th.tied_attention_optimum(s, mask_query="uniform")
+    o_m = th.tied_attention_optimum(s, value_matrix="min_norm")
+    assert o_u.at_bound and o_u.alpha < 1e-4 and o_u.mask_query == "uniform"
+    assert not o_m.at_bound and o_m.alpha > 2 and abs(o_m.beta - 1) < 1e-5
+    assert o_m.value_matrix == "min_norm" and o_m.gradient_norm < 1e-10
+
+
+def test_limit_choices_bad_input():
+    with pytest.raises(ValueError, match="mask_query"):
+        th.TiedAttentionLimitObjective(limit(visible=True), mask_query="free")
+    with pytest.raises(ValueError, match="value_matrix"):
+        th.tied_attention_optimum(limit(visible=True), value_matrix="decay")
+    with pytest.raises(ValueError, match="doc_len"):
+        th.tied_attention_optimum(limit(visible=True).replace(doc_len=32), mask_query="uniform")

@@ -21,13 +21,14 @@ import torch
 from . import theory
 from .data import SimplifiedTopicModel, bert_mask
 from .model import OneLayerTransformer
-from .probes import relation_masks, topic_contrasts, topic_eigenvalue
+from .probes import attention_by_relation, relation_masks, topic_contrasts, topic_eigenvalue
 from .setting import BERT_MASKING, Masking, Setting
+from .traces import growth_rate, predicted_growth_rate
 from .train import History, train
 from .utils import check_float, check_positive_int
 
 __all__ = [
-    "tied_limit_grid",
+    "tied_limit_grid", "run_metrics", "conventions_seed", "tied_convergence_seed",
     "Stage2Setting", "stage2_model", "run_stage2", "GradientSummary",
     "gradient_summary", "MaskQueryAttention",
     "mask_query_attention", "mask_column_z", "mask_column_null_max_z", "ScoreMatrixLosses",
@@ -399,13 +400,16 @@ def mask_query_attention(pattern: torch.Tensor, inputs: torch.Tensor, selected: 
 
 
 def tied_limit_grid(num_topics: Sequence[int], topics_per_doc: Sequence[int], *, words_per_topic: int,
-                    attend_to_masked: bool, masking: Masking = BERT_MASKING) -> list[dict[str, Any]]:
+                    attend_to_masked: bool, masking: Masking = BERT_MASKING, value_matrix: str = "limit",
+                    mask_query: str = "tied") -> list[dict[str, Any]]:
     """The N -> inf optimum of the tied attention (:func:`topicmech.theory.tied_attention_optimum`
     with ``doc_len=math.inf``) at every ``(T, tau)`` with ``tau < T`` of the two lists.
 
     Returns one dict per setting: ``num_topics``, ``topics_per_doc``, ``alpha``, ``beta``,
     ``weighted_ratio``, ``ratio_over_tau``, ``ratio_over_T``, ``at_bound`` (the optimum runs to the
-    edge of the search box, there ``alpha -> 0``) and ``identified``.
+    edge of the search box, there ``alpha -> 0``) and ``identified``. ``value_matrix`` and
+    ``mask_query`` vary two choices of the limit
+    (:class:`topicmech.theory.TiedAttentionLimitObjective`).
     """
     v = check_positive_int("words_per_topic", words_per_topic)
     rows = []
@@ -414,8 +418,89 @@ def tied_limit_grid(num_topics: Sequence[int], topics_per_doc: Sequence[int], *,
             if tau >= T:
                 continue
             o = theory.tied_attention_optimum(Setting(T, v, tau, math.inf, masking=masking,
-                                                      attend_to_masked=attend_to_masked))
+                                                      attend_to_masked=attend_to_masked),
+                                              value_matrix=value_matrix, mask_query=mask_query)
             rows.append({"num_topics": int(T), "topics_per_doc": int(tau), "alpha": o.alpha, "beta": o.beta,
                          "weighted_ratio": o.weighted_ratio, "ratio_over_tau": o.weighted_ratio / tau,
                          "ratio_over_T": o.weighted_ratio / T, "at_bound": o.at_bound, "identified": o.identified})
     return rows
+
+
+# ---- stored multi-seed evidence (scripts/results/ch5_stage2_seeds.py) -------------------------------
+def run_metrics(model: OneLayerTransformer, history: History, heldout: torch.Tensor, topic: torch.Tensor, *,
+                prefix: str = "") -> dict[str, float]:
+    """What chapter 5 reads off one stage-2 run, as ``{prefix + metric: number}``.
+
+    ``heldout`` (shape ``(B, N)``) are unmasked documents never seen in training and ``topic`` the
+    topic of each word (shape ``(V,)``). Metrics: ``topic_ratio``, ``self_rel`` and ``word_rel``
+    (attention to the query's own position and to copies of its word, over that to a same-topic
+    token), ``self`` (attention to its own position, times ``N``); the same-topic and same-word
+    contrasts of ``A`` at the end (``topic_final``, ``word_final``), the peak of the same-topic one
+    over its end (``topic_peak_over_final``) and ``copier`` (the same-word contrast ends above five
+    times the same-topic one).
+    """
+    with torch.no_grad():
+        att = attention_by_relation(model.attention_pattern(heldout), heldout, topic)
+    topic_c, word_c = history.probe("same_topic"), history.probe("same_word")
+    final = float(topic_c[-1])
+    out = {"topic_ratio": att.topic_ratio, "self": att.self_, "self_rel": att.self_ / att.same_topic,
+           "word_rel": att.same_word / att.same_topic, "topic_final": final, "word_final": float(word_c[-1]),
+           "topic_peak_over_final": float(np.max(topic_c)) / final if final > 0 else math.inf,
+           "copier": bool(word_c[-1] > 5 * final)}
+    return {prefix + k: (float(v) if not isinstance(v, bool) else v) for k, v in out.items()}
+
+
+def conventions_seed(seed: int, *, heldout_docs: int = 2000) -> dict[str, float]:
+    """One seed of chapter 5's stage 2 in both key conventions, at the chapter's quick setting.
+
+    Trains :func:`run_stage2` at ``seed`` with hidden keys (the released code's convention, metrics
+    ``hidden.*``) and with visible keys (the theory's convention, ``visible.*``), and reads each on
+    ``heldout_docs`` held-out unmasked documents drawn with seed ``12345 + seed``
+    (:func:`run_metrics`). Adds, with hidden keys, the fitted initial growth rate of the
+    same-topic contrast over the rate predicted from the exact gradient
+    (``hidden.rate_ratio``, window 0.02 to 0.3 of :func:`topicmech.traces.growth_rate`; and
+    ``hidden.rate_ratio_early``, window 0.01 to 0.05).
+    """
+    heldout_docs = check_positive_int("heldout_docs", heldout_docs)
+    out: dict[str, float] = {}
+    for name, visible in (("hidden", False), ("visible", True)):
+        config = Stage2Setting.quick(attend_to_masked=visible)
+        model, hist = run_stage2(config, seed=seed)
+        data = config.topic_model()
+        heldout = data.sample(heldout_docs, config.setting.N, seed=12345 + seed)
+        out.update(run_metrics(model, hist, heldout, data.topic_of_word, prefix=name + "."))
+        if not visible:
+            pred = predicted_growth_rate(config.lr, theory.stage2_drive(config.setting), config.setting.D)
+            steps, contrast = np.array(hist.probe_step), hist.probe("same_topic")
+            out["hidden.rate_ratio"] = growth_rate(steps, contrast) / pred
+            out["hidden.rate_ratio_early"] = growth_rate(steps, contrast, 0.01, 0.05) / pred
+    return out
+
+
+def tied_convergence_seed(seed: int, *, doc_lens: Sequence[int], num_docs: Sequence[int], num_topics: int = 8,
+                          words_per_topic: int = 3, topics_per_doc: int = 2,
+                          conventions: Sequence[str] = ("hidden", "visible")) -> dict[str, float]:
+    """The finite-N tied optimum (:func:`topicmech.theory.tied_attention_optimum`) on one sample per
+    document length, in both conventions, for the convergence to the N -> inf limit.
+
+    ``seed`` draws the samples; ``num_docs[k]`` documents at ``doc_lens[k]``. Returns
+    ``{convention}.N{N}.rho`` and ``.rho_se`` (the weighted ratio and its sandwich standard error),
+    ``.alpha`` and ``.beta``, for ``convention`` in ``hidden`` (the released code's) and ``visible``
+    (the theory's); ``conventions`` picks which of the two to compute.
+    """
+    if not conventions or any(c not in ("hidden", "visible") for c in conventions):
+        raise ValueError(f"conventions must be a non-empty list of 'hidden' and 'visible', got {conventions!r}")
+    if len(doc_lens) != len(num_docs) or not len(doc_lens):
+        raise ValueError(f"doc_lens and num_docs must be non-empty and of one length, got {doc_lens!r}, "
+                         f"{num_docs!r}")
+    out: dict[str, float] = {}
+    for name, visible in (("hidden", False), ("visible", True)):
+        if name not in conventions:
+            continue
+        for N, n_docs in zip(doc_lens, num_docs):
+            s = Setting(num_topics, words_per_topic, topics_per_doc, int(N), attend_to_masked=visible)
+            o = theory.tied_attention_optimum(s, seed=seed, num_docs=int(n_docs))
+            key = f"{name}.N{int(N)}."
+            out.update({key + "rho": o.weighted_ratio, key + "rho_se": o.weighted_ratio_se,
+                        key + "alpha": o.alpha, key + "beta": o.beta})
+    return out

@@ -513,8 +513,9 @@ class TiedAttentionOptimum:
         return asdict(self)
 
 
-def tied_attention_optimum(setting: Setting, *, seed: int = 0,
-                           num_docs: int = 100_000) -> TiedAttentionOptimum | TiedAttentionLimit:
+def tied_attention_optimum(setting: Setting, *, seed: int = 0, num_docs: int = 100_000,
+                           value_matrix: str = "limit",
+                           mask_query: str = "tied") -> TiedAttentionOptimum | TiedAttentionLimit:
     """Optimal tied attention scores ``(alpha, beta)`` with ``W^V`` at the stage-1 optimum.
 
     Finite ``doc_len``: minimises :func:`tied_attention_objective` (same arguments) over
@@ -526,7 +527,9 @@ def tied_attention_optimum(setting: Setting, *, seed: int = 0,
     for one topic set), minimised to a gradient below ``1e-10``; ``seed`` and ``num_docs`` are
     not used. With hidden keys that loss depends on ``(alpha, beta)`` only through the weighted
     ratio, whose optimum is ``1 + T p_c / p_r`` for ``tau >= 2`` (``identified`` is False, and
-    ``alpha = beta``; with ``tau = 1`` it is flat).
+    ``alpha = beta``; with ``tau = 1`` it is flat). ``value_matrix`` and ``mask_query`` vary two
+    choices of the limit (see :class:`TiedAttentionLimitObjective`); at finite ``doc_len`` they
+    must keep their defaults.
 
     Examples
     --------
@@ -538,7 +541,10 @@ def tied_attention_optimum(setting: Setting, *, seed: int = 0,
     """
     p = _check_tied_setting(setting, allow_limit=True)
     if math.isinf(p.N):
-        return _tied_limit_optimum(p)
+        return _tied_limit_optimum(p, value_matrix=value_matrix, mask_query=mask_query)
+    if (value_matrix, mask_query) != ("limit", "tied"):
+        raise ValueError(f"value_matrix and mask_query can be changed only at doc_len=math.inf, got "
+                         f"{value_matrix!r}, {mask_query!r} at doc_len={p.N!r}")
     seed = check_seed(seed)
     obj = tied_attention_objective(p, seed=seed, num_docs=num_docs)
     from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
@@ -601,9 +607,11 @@ def stage1_limit_blocks(setting: Setting) -> ValueBlocks:
                        topic_eigenvalue=lt if p.T > 1 else math.nan)
 
 
-def _limit_cases(p: Setting, W: np.ndarray) -> tuple[np.ndarray, ...]:
+def _limit_cases(p: Setting, W: np.ndarray, mask_query_uniform: bool = False) -> tuple[np.ndarray, ...]:
     """Weights (C,), Gram entries (C, 6), expected hits (C, 3) and normalisers (C, 3) of the query
-    cases of the N -> inf limit, for the topic set S = the first tau topics (all sets are alike)."""
+    cases of the N -> inf limit, for the topic set S = the first tau topics (all sets are alike).
+    ``mask_query_uniform``: a [MASK] query attends uniformly (its own group and token get no weight
+    of their own, so its mix does not depend on alpha, beta)."""
     T, v, tau, V, D = p.T, p.v, p.tau, p.V, p.D
     group = np.append(np.arange(V) // v, T)  # (D,): [MASK] is a group of its own
     in_S = np.zeros(D)
@@ -623,10 +631,13 @@ def _limit_cases(p: Setting, W: np.ndarray) -> tuple[np.ndarray, ...]:
         if w <= 0.0:
             continue
         f_g = f * (group == group[q])
-        u = np.stack([W @ f, W @ f_g, f[q] * W[:, q]])  # (3, D)
+        f_q = f[q]
+        if mask_query_uniform and q == V:
+            f_g, f_q = np.zeros_like(f), 0.0
+        u = np.stack([W @ f, W @ f_g, f_q * W[:, q]])  # (3, D)
         gram.append([u[i] @ u[j] for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))])
         hit.append(u @ y)
-        norm.append([f.sum(), f_g.sum(), f[q]])
+        norm.append([f.sum(), f_g.sum(), f_q])
         weights.append(w)
     return tuple(np.asarray(x, dtype=np.float64) for x in (weights, gram, hit, norm))
 
@@ -638,16 +649,31 @@ class TiedAttentionLimitObjective:
     As N -> inf the key counts of a document concentrate on their expected frequencies given its
     topic set S, so the attended mix is deterministic given S and the query token; the loss is a
     finite expectation over the query types (kept word, ``[MASK]``, random word in or outside S)
-    for one S, all sets being alike under relabelling. ``W^V`` is ``lim W*(N)``
-    (:func:`stage1_limit_blocks`). Attributes: ``setting``, ``W_star`` (shape (D, D)) and
-    ``identified`` (False with hidden keys, where the loss depends on ``alpha, beta`` only through
-    the weighted ratio).
+    for one S, all sets being alike under relabelling. Attributes: ``setting``, ``W_star`` (shape
+    (D, D)) and ``identified`` (False with hidden keys, where the loss depends on ``alpha, beta``
+    only through the weighted ratio).
+
+    Two choices of ours can be varied. ``value_matrix``: ``"limit"`` (default) takes ``W^V`` as
+    ``lim W*(N)`` (:func:`stage1_limit_blocks`, with the same-word boost of the theory's
+    convention); ``"min_norm"`` takes the minimum-norm stage-1 optimum at ``doc_len=math.inf``
+    (:func:`optimal_value_matrix`, the one weight decay selects; no same-word boost).
+    ``mask_query``: ``"tied"`` (default) reads a [MASK] query and a [MASK] key as the same token
+    (weight ``beta``); ``"uniform"`` lets a [MASK] query attend uniformly whatever ``alpha, beta``.
     """
 
-    def __init__(self, setting: Setting) -> None:
+    def __init__(self, setting: Setting, *, value_matrix: str = "limit", mask_query: str = "tied") -> None:
+        if value_matrix not in ("limit", "min_norm"):
+            raise ValueError(f"value_matrix must be 'limit' or 'min_norm', got {value_matrix!r}")
+        if mask_query not in ("tied", "uniform"):
+            raise ValueError(f"mask_query must be 'tied' or 'uniform', got {mask_query!r}")
         self.setting = setting
-        self.W_star = block_matrix(stage1_limit_blocks(setting), setting.T, setting.v)
-        self._w, self._gram, self._hit, self._norm = _limit_cases(setting, self.W_star)
+        self.value_matrix, self.mask_query = value_matrix, mask_query
+        if value_matrix == "limit":
+            self.W_star = block_matrix(stage1_limit_blocks(setting), setting.T, setting.v)
+        else:
+            self.W_star = np.asarray(optimal_value_matrix(setting), dtype=np.float64)
+        self._w, self._gram, self._hit, self._norm = _limit_cases(setting, self.W_star,
+                                                                  mask_query_uniform=mask_query == "uniform")
         self.identified = bool(setting.attend_to_masked)
 
     def loss(self, alpha: float | np.ndarray, beta: float | np.ndarray) -> float | np.ndarray:
@@ -706,6 +732,8 @@ class TiedAttentionLimit:
     keep_prob: float
     random_prob: float
     attend_to_masked: bool
+    value_matrix: str = "limit"
+    mask_query: str = "tied"
 
     @property
     def doc_len(self) -> float:
@@ -723,10 +751,10 @@ class TiedAttentionLimit:
         return asdict(self)
 
 
-def _tied_limit_optimum(p: Setting) -> TiedAttentionLimit:
+def _tied_limit_optimum(p: Setting, value_matrix: str = "limit", mask_query: str = "tied") -> TiedAttentionLimit:
     from scipy import optimize  # here, not at import: scipy.optimize adds ~40 MiB to every process
 
-    obj = TiedAttentionLimitObjective(p)
+    obj = TiedAttentionLimitObjective(p, value_matrix=value_matrix, mask_query=mask_query)
     grid = np.linspace(-3.0, 9.0, 25)
     if obj.identified:
         la, lb = np.meshgrid(grid, grid, indexing="ij")
@@ -764,4 +792,5 @@ def _tied_limit_optimum(p: Setting) -> TiedAttentionLimit:
         alpha=alpha, beta=beta, weighted_ratio=weighted_ratio(alpha, beta, p.v), identified=obj.identified,
         loss=loss, uniform_loss=uniform, gain=uniform - loss, gradient_norm=float(np.linalg.norm(grad)),
         at_bound=at_bound, num_topics=p.T, words_per_topic=p.v, topics_per_doc=p.tau, mask_prob=p.p_m,
-        keep_prob=p.p_c, random_prob=p.p_r, attend_to_masked=p.attend_to_masked)
+        keep_prob=p.p_c, random_prob=p.p_r, attend_to_masked=p.attend_to_masked, value_matrix=value_matrix,
+        mask_query=mask_query)
