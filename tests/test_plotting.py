@@ -128,3 +128,19 @@ def test_label_token_axes_labels_heatmaps_and_colour_bars():
         plotting.label_token_axes(maps[0])
     with pytest.raises(ValueError, match="value"):
         plotting.label_token_axes(fig, "")
+
+
+def test_summary_table_formats_plain_and_mean_sd_columns():
+    rows = [
+        {"loss": "squared", "l2": 0.001, "gap_mean": 0.23812, "gap_std": 0.00361},
+        {"loss": "cross_entropy", "l2": 0.0, "gap_mean": 5.37912, "gap_std": 0.0026},
+    ]
+    table = plotting.summary_table(rows, {"loss": ("loss", ""), "L2": ("l2", "g"), "gap": ("gap", ".3f")})
+    assert list(table.columns) == ["loss", "L2", "gap"]
+    assert table["gap"].tolist() == ["0.238 ± 0.004", "5.379 ± 0.003"]
+    assert table["L2"].tolist() == ["0.001", "0"]
+    assert table["loss"].tolist() == ["squared", "cross_entropy"]
+    with pytest.raises(ValueError, match="'nope'"):
+        plotting.summary_table(rows, {"x": ("nope", ".2f")})
+    with pytest.raises(ValueError, match="rows"):
+        plotting.summary_table([], {"x": ("gap", ".2f")})

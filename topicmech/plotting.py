@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: plotting imports no ch
 
 __all__ = ["SEABORN_THEME", "set_style", "heatmap_by_topic", "compare_heatmaps", "loss_curve", "plot_attention_gap",
            "plot_embedding_thresholds", "plot_tracked", "plot_attention", "label_token_axes",
-           "stage_legend_handles"]
+           "stage_legend_handles", "summary_table"]
 
 _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
                "#56b4e9"]
@@ -56,6 +56,38 @@ def set_style() -> None:
     matplotlib.rcParams.update(SEABORN_THEME)
     matplotlib.rcParams.update({"figure.figsize": (6.0, 4.0), "figure.dpi": 90, "savefig.dpi": 90,
                                 "axes.titlesize": "medium"})
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
+    """A narrow table of strings for display, one row per row of ``rows``.
+
+    ``columns`` maps each display label to ``(name, spec)``: a row's ``name`` entry formatted with
+    the format spec (``""`` for strings), or, when the rows have no ``name`` but ``{name}_mean`` and
+    ``{name}_std`` (as :func:`topicmech.runner.aggregate` gives), ``"mean ± sd"`` with both numbers
+    in that spec. Keep the numbers themselves for the checks: the table holds only text.
+
+    Examples
+    --------
+    >>> rows = [{"alpha": 0.5, "gap_mean": 0.2381, "gap_std": 0.0036}]
+    >>> summary_table(rows, {"α": ("alpha", ".2f"), "gap": ("gap", ".3f")}).iloc[0].tolist()
+    ['0.50', '0.238 ± 0.004']
+    """
+    import pandas as pd
+
+    if not rows:
+        raise ValueError("rows must not be empty")
+    out: dict[str, list[str]] = {}
+    for label, (name, spec) in columns.items():
+        cells = []
+        for r in rows:
+            if name in r:
+                cells.append(format(r[name], spec))
+            elif f"{name}_mean" in r and f"{name}_std" in r:
+                cells.append(f"{format(r[f'{name}_mean'], spec)} ± {format(r[f'{name}_std'], spec)}")
+            else:
+                raise ValueError(f"column {name!r} (for {label!r}) is in no form in the rows; columns: {sorted(r)}")
+        out[label] = cells
+    return pd.DataFrame(out)
 
 
 def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
