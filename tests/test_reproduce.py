@@ -159,6 +159,59 @@ def test_magnitude_verdict_rules() -> None:
     assert rp.magnitude_verdict(far, AUTH, ratio=1.6) == "partly (direction, ratio; ratio x1.02 theirs)"
 
 
+def test_category_order_ties_by_overlapping_intervals() -> None:
+    means = {"same_word": 0.0108, "same_topic": 0.0109, "diff_topic": 0.0069}
+    assert rp.category_order(means) == [["same_topic"], ["same_word"], ["diff_topic"]]
+    wide = {"same_word": (0.0100, 0.0116), "same_topic": (0.0105, 0.0113), "diff_topic": (0.0068, 0.0070)}
+    assert rp.category_order(means, wide) == [["same_topic", "same_word"], ["diff_topic"]]
+    with pytest.raises(ValueError, match="intervals"):
+        rp.category_order(means, {"same_word": (0, 1)})
+
+
+def test_magnitude_verdict_a_tie_is_not_the_authors_order() -> None:
+    # the authors' order (topic > word > diff) by means, but word and topic tie by intervals
+    ours = {"same_word": 0.0107, "same_topic": 0.0108, "diff_topic": 0.0069}
+    tight = {k: (v - 1e-6, v + 1e-6) for k, v in ours.items()}
+    wide = {**tight, "same_word": (0.0100, 0.0115)}
+    assert rp.magnitude_verdict(ours, AUTH, intervals=tight) == "reproduced"
+    assert rp.magnitude_verdict(ours, AUTH, intervals=wide) == (
+        "partly (direction, ratio, order tied; ratio x1.00 theirs)")
+
+
+def test_stage_verdict_parts() -> None:
+    near0 = {"W_V": 0.01, "W_K": 0.01, "W_Q": 0.01}
+    at_level = {"W_V": 1.8, "W_K": 8.0, "W_Q": 9.0}
+    assert rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=500) == "reproduced"
+    assert rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=770) == (
+        "partly (W^V level, W^K, W^Q levels, order)")
+    # timing: the authors' window 400-700, not after it
+    far = {"W_V": 17.0, "W_K": 1.0, "W_Q": 1.0}
+    assert rp.stage_verdict(starts=near0, ends=far, order=False, kq_leave=None) == "not reproduced"
+    # a W^V that starts at the authors' level is no evidence; K/Q grown from 2.1 still count
+    c6_start = {"W_V": 2.1, "W_K": 2.1, "W_Q": 2.1}
+    assert rp.stage_verdict(starts=c6_start, ends=at_level, order=True, kq_leave=476) == (
+        "partly (W^K, W^Q levels, order, timing; W^V level: no evidence)")
+    with pytest.raises(ValueError, match="factor"):
+        rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=500, factor=0.9)
+    with pytest.raises(ValueError, match="ends"):
+        rp.stage_verdict(starts=near0, ends={"W_V": 1.0}, order=True, kq_leave=500)
+
+
+def test_rerun_comparison_rows(monkeypatch) -> None:
+    monkeypatch.delenv("TOPICMECH_SEED_OFFSET", raising=False)
+    stored = [{"seed": 0, "a": 1.0, "c": [0.0, 1.0, 2.0]}, {"seed": 1, "a": 3.0, "c": [0.0, 2.0, 4.0]}]
+    rows = rp.rerun_comparison(stored, [{"seed": 0, "a": 1.0, "c": [0.0, 1.0]}], ["a", "c"])
+    assert [r["quantity"] for r in rows] == ["a", "c[1]"]
+    assert all(r["agrees"] for r in rows) and rows[1]["stored"] == "1"
+    assert not rp.rerun_comparison(stored, [{"seed": 0, "a": 1.1}], ["a"])[0]["agrees"]
+    with pytest.raises(ValueError, match="seed 5"):
+        rp.rerun_comparison(stored, [{"seed": 5, "a": 1.0}], ["a"])
+    monkeypatch.setenv("TOPICMECH_SEED_OFFSET", "1000")
+    fresh = rp.rerun_comparison(stored, [{"seed": 1000, "a": 6.9}], ["a"])[0]
+    assert fresh["agrees"] and fresh["stored"] == "1 to 3"
+    assert not rp.rerun_comparison(stored, [{"seed": 1000, "a": 7.1}], ["a"])[0]["agrees"]
+
+
 def test_flattened() -> None:
     steps = np.arange(0, 1001, 10)
     assert rp.flattened(steps, 1 - np.exp(-steps / 50))

@@ -25,10 +25,11 @@ from .probes import masked_means, pair_relations, topic_cosines
 from .setting import BERT_MASKING, Masking
 from .traces import reaching_step
 from .train import train
-from .utils import check_choice, check_float, check_positive_int, make_generator, spawn_seeds
+from .utils import check_choice, check_float, check_positive_int, make_generator, seed_offset, spawn_seeds
 
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
-           "released_code_run", "released_code_metrics", "magnitude_verdict", "attention_table_metrics", "AUTHORS_ROWS",
+           "released_code_run", "released_code_metrics", "magnitude_verdict", "category_order",
+           "stage_verdict", "AUTHORS_STAGES", "rerun_comparison", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
            "deep_norm_metrics", "deep_bump_metrics", "stage_steps", "EMBEDDING_SETTINGS", "all_trained_metrics"]
@@ -484,14 +485,38 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     return out
 
 
+def category_order(means: dict[str, float], intervals: dict[str, tuple[float, float]] | None = None) -> list[list[str]]:
+    """The three :data:`RELATIONS` from the largest mean down, grouped into ties: two neighbours
+    tie when their ``intervals`` (``(lo, hi)`` per category, e.g. 95% intervals of a mean)
+    overlap; without intervals no two distinct means tie. A list of groups, e.g.
+    ``[["same_topic", "same_word"], ["diff_topic"]]`` for "topic = word > diff"."""
+    if set(RELATIONS) - set(means):
+        raise ValueError(f"means must give {', '.join(RELATIONS)}, got {sorted(means)}")
+    if intervals is not None and set(RELATIONS) - set(intervals):
+        raise ValueError(f"intervals must give {', '.join(RELATIONS)}, got {sorted(intervals)}")
+    keys = sorted(RELATIONS, key=lambda k: -means[k])
+    groups = [[keys[0]]]
+    for a, b in zip(keys, keys[1:]):
+        tie = means[a] == means[b] if intervals is None else intervals[b][1] >= intervals[a][0]
+        if tie:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
+
+
 def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
-                      attempted: str | None = None, ratio: float | None = None) -> str:
+                      attempted: str | None = None, ratio: float | None = None,
+                      intervals: dict[str, tuple[float, float]] | None = None) -> str:
     """The verdict on one row of the attention table, by magnitude and order.
 
     ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). ``"reproduced"`` when
     our same-topic / different-topic ratio lies within ``factor`` of the authors' (either way)
-    **and** the order of the three categories is theirs; ``"partly (...)"`` naming what holds
-    when same topic beats different topic as theirs does but the ratio or the order misses;
+    **and** the order of the three categories is theirs, each pair separated: with
+    ``intervals`` (our ``(lo, hi)`` per category), two categories whose intervals overlap are a
+    tie (:func:`category_order`), and a tie does not match the authors' strict order;
+    ``"partly (...)"`` naming what holds when same topic beats different topic as theirs does but
+    the ratio or the order misses (``"order tied"`` when the order misses by a tie only);
     ``"not reproduced"`` when it does not; ``attempted``, a reason, gives
     ``"not faithfully attempted (reason)"`` instead. ``ratio``, when given, is our same-topic /
     different-topic ratio computed otherwise (the reproduction page passes the mean over seeds
@@ -509,12 +534,100 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     theirs = authors["same_topic"] / authors["diff_topic"]
     if not (ratio > 1) == (theirs > 1) or ratio <= 1:
         return "not reproduced"
-    order = sorted(RELATIONS, key=lambda k: -ours[k]) == sorted(RELATIONS, key=lambda k: -authors[k])
+    groups = category_order(ours, intervals)
+    strict = [[k] for k in sorted(RELATIONS, key=lambda k: -authors[k])]
+    order = groups == strict
+    tied = not order and [k for g in groups for k in g] == [g[0] for g in strict]
     close = 1 / factor <= ratio / theirs <= factor
     if close and order:
         return "reproduced"
     held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
-    return f"partly ({', '.join(held)}; ratio x{ratio / theirs:.2f} theirs)"
+    tie_text = ", order tied" if tied else ""
+    return f"partly ({', '.join(held)}{tie_text}; ratio x{ratio / theirs:.2f} theirs)"
+
+
+#: The authors' two-stage figure read as levels and timing: the norms at step 1,000 (``W^V`` 1.3
+#: to 2.1, ``W^K``, ``W^Q`` 5 to 12) and the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700).
+AUTHORS_STAGES: dict[str, tuple[float, float]] = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0),
+                                                  "kq_leave": (400.0, 700.0)}
+
+
+def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bool,
+                  kq_leave: float | None, factor: float = 1.5) -> str:
+    """The verdict on a two-stage row, from four parts computed by one rule.
+
+    ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at
+    the end; ``order``: the stage rule's order held in every seed (``W^V`` first, stages
+    separate); ``kq_leave``: the mean step at which ``W^K``, ``W^Q`` leave zero (their 10%
+    mark), ``None`` when they do not move. Parts: **W^V level** and **W^K, W^Q levels**, the
+    end norms within ``factor`` of :data:`AUTHORS_STAGES` (either way), counted only when the
+    start lies below that band (a level the initialisation already gives is no evidence);
+    **order**; **timing**, ``kq_leave`` inside the authors' 400 to 700. ``"reproduced"`` when all
+    four hold, ``"partly (...)"`` naming those that hold, ``"not reproduced"`` when none does;
+    a level reached at initialisation is named ``"... no evidence"``.
+    """
+    factor = check_float("factor", factor)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor!r}")
+    for name, d in (("starts", starts), ("ends", ends)):
+        if {"W_V", "W_K", "W_Q"} - set(d):
+            raise ValueError(f"{name} must give W_V, W_K, W_Q, got {sorted(d)}")
+    parts, no_evidence = [], []
+    for label, band, names in (("W^V level", AUTHORS_STAGES["W_V"], ("W_V",)),
+                               ("W^K, W^Q levels", AUTHORS_STAGES["W_KQ"], ("W_K", "W_Q"))):
+        lo, hi = band[0] / factor, band[1] * factor
+        if any(starts[n] >= lo for n in names):
+            no_evidence.append(f"{label}: no evidence")
+            parts.append(False)
+            continue
+        parts.append(all(lo <= ends[n] <= hi for n in names))
+    lo, hi = AUTHORS_STAGES["kq_leave"]
+    timing = kq_leave is not None and lo <= kq_leave <= hi
+    parts += [bool(order), timing]
+    labels = ["W^V level", "W^K, W^Q levels", "order", "timing"]
+    if all(parts):
+        return "reproduced"
+    held = [lab for lab, ok in zip(labels, parts) if ok]
+    if not held:
+        return "not reproduced" + (f" ({'; '.join(no_evidence)})" if no_evidence else "")
+    return f"partly ({', '.join(held)}" + (f"; {'; '.join(no_evidence)}" if no_evidence else "") + ")"
+
+
+def rerun_comparison(stored: Sequence[dict], rows: Sequence[dict], keys: Sequence[str], *,
+                     rtol: float = 1e-4, atol: float = 1e-6) -> list[dict]:
+    """Recomputed numbers beside the stored ones, one row per seed and key, for display.
+
+    ``stored``: the stored per-seed rows (``StoredResult.per_seed``); ``rows``: recomputed rows
+    (``results.rerun``) with a ``"seed"``. A curve (a list) is compared over the rerun's length,
+    so a shorter rerun checks the stored curve's first points, and shown by its last point. At
+    seed offset 0 each value must equal the stored value of its seed to ``rtol``/``atol``;
+    under ``TOPICMECH_SEED_OFFSET`` a fresh seed's value must lie in the stored range (of all
+    seeds, at the same point) widened by twice its width on each side. Rows: ``"quantity"``,
+    ``"stored"``, ``"rerun"``, ``"tolerance"``, ``"agrees"`` (a bool).
+    """
+    by_seed = {int(r["seed"]): r for r in stored}
+    fresh = seed_offset() != 0
+    out = []
+    for row in rows:
+        for key in keys:
+            value = np.atleast_1d(np.asarray(row[key], dtype=float))
+            n = len(value)
+            if fresh:
+                x = np.array([np.atleast_1d(np.asarray(r[key], dtype=float))[n - 1] for r in stored])
+                lo, hi = x.min(), x.max()
+                width = 2 * max(hi - lo, atol)
+                ok = bool(lo - width <= value[-1] <= hi + width)
+                stored_text, tol = f"{lo:.4g} to {hi:.4g}", "range +- 2 widths"
+            else:
+                if int(row["seed"]) not in by_seed:
+                    raise ValueError(f"seed {row['seed']} is not stored")
+                want = np.atleast_1d(np.asarray(by_seed[int(row["seed"])][key], dtype=float))[:n]
+                ok = bool(np.allclose(value, want, rtol=rtol, atol=atol))
+                stored_text, tol = f"{want[-1]:.6g}", f"rel. {rtol:g}"
+            name = key if n == 1 else f"{key}[{n - 1}]"
+            out.append({"quantity": name, "stored": stored_text, "rerun": f"{value[-1]:.6g}",
+                        "tolerance": tol, "agrees": ok})
+    return out
 
 
 #: Horizons (steps) at which :func:`deep_norm_metrics` reads its stage timings.
