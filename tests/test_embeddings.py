@@ -264,3 +264,25 @@ def test_topic_level_rejects_bad_input():
         te.topic_level(np.zeros(4), 0)
     with pytest.raises(ValueError, match="num_topics"):
         te.block_differences(np.zeros((D, D)), 0, V_PER)
+
+
+def test_chapter_seed_reports_every_measurement_and_repeats():
+    """A very short run: the keys the chapter reads, finite values, and the same numbers twice
+    (the stored ten seeds are checked against a rerun in tests/test_results.py)."""
+    kwargs = {"phases": [[4, 1e-2]], "short_phases": [[3, 1e-2]]}
+    got = te.chapter_seed(1, **kwargs)
+    for key in ("bias.gap", "bias.err_gap", "id.err_E", "tied.err", "tied.gap_ratio", "sep.dT",
+                "cos.d2_diff_max", "norm_gap.ce_tied", "ce.tied_diff", "ex.d1_gap",
+                "ex.hidden_spread"):
+        assert math.isfinite(got[key]), key
+    assert got == te.chapter_seed(1, **kwargs)
+
+
+def test_train_embedding_rejects_bad_input():
+    data = tm.SimplifiedTopicModel(3, 2, 1)
+    with pytest.raises(ValueError, match="head"):
+        te.train_embedding(data, 7, "untied", doc_len=5, attend_to_masked=True)
+    with pytest.raises(ValueError, match="phases"):
+        te.train_embedding(data, 7, "tied", doc_len=5, phases=[(0, 1e-2)], attend_to_masked=True)
+    with pytest.raises(ValueError, match="num_topics"):
+        te.chapter_seed(0, num_topics=0)

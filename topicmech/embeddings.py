@@ -16,15 +16,19 @@ from typing import Literal
 import numpy as np
 import torch
 
+from . import theory
+from .data import SimplifiedTopicModel
 from .model import OneLayerTransformer
 from .probes import TopicCosines, topic_cosines
+from .setting import Setting
 from .theory import orbit_means
+from .train import train
 from .utils import check_matrix, check_positive_int
 
 __all__ = [
     "DEFAULT_PHASES", "SHORT_PHASES", "embedding_model", "topic_spread", "TopicCosines",
     "topic_cosines", "topic_separation", "normalized_gram", "block_vector", "topic_level",
-    "block_differences", "CLAIM_SEEDS",
+    "block_differences", "CLAIM_SEEDS", "train_embedding", "chapter_seed",
 ]
 
 #: Seeds over which ``tests/test_chapter_claims_3.py`` re-checks chapter 3's claims about trained
@@ -160,3 +164,102 @@ def block_differences(matrix: torch.Tensor | np.ndarray, num_topics: int, words_
     b = block_vector(matrix, num_topics, words_per_topic)
     same_level, diff, _ = topic_level(b, words_per_topic)
     return np.array([same_level - diff, b[0] - b[2], b[1] - b[2]])
+
+
+def train_embedding(data: SimplifiedTopicModel, d: int, head: Literal["tied", "identity"], *, doc_len: int,
+                    phases: tuple[tuple[int, float], ...] = DEFAULT_PHASES, loss: str = "squared",
+                    attend_to_masked: bool, bias: bool = False, seed: int = 0) -> OneLayerTransformer:
+    """One chapter-3 model (:func:`embedding_model` with ``D = V + 1`` tokens) trained on ``data`` with
+    Adam, batch 256, the ``(steps, lr)`` ``phases`` and ``loss``; ``seed`` seeds both the start and the
+    documents."""
+    model = embedding_model(data.num_tokens, d, head=head, attend_to_masked=attend_to_masked, bias=bias,
+                            seed=seed)
+    train(model, data, phases=phases, doc_len=doc_len, batch_size=256, loss=loss, optimizer="adam", seed=seed)
+    return model
+
+
+def _gram(model: OneLayerTransformer) -> np.ndarray:
+    return model.embedding_gram().detach().double().numpy()
+
+
+def chapter_seed(seed: int, *, num_topics: int = 5, words_per_topic: int = 4, topics_per_doc: int = 2,
+                 doc_len: int = 20, phases: object = DEFAULT_PHASES,
+                 short_phases: object = SHORT_PHASES) -> dict[str, float]:
+    """Chapter 3's trained-model measurements for one ``seed`` (the theory's convention, masked keys
+    visible, except the hidden-keys exercise), computed as the chapter computes them.
+
+    Trains, with :func:`train_embedding`: the tied head with a bias at ``d = D``; the identity head;
+    the tied head at ``d`` in ``(2, 3, T, T + 3, D)`` (all with ``phases``); and with ``short_phases``
+    the identity head and the tied head at ``d = T`` with cross-entropy, the tied head at ``d = 1``,
+    and the identity head with masked keys hidden. Returns (errors are absolute differences of
+    block means from the exact optimum, :func:`block_vector`):
+
+    ``bias.gap`` (learned weighted gap ``Delta_M``), ``bias.err_gap`` and ``bias.err_diff`` (the
+    largest error of the two other :func:`block_differences`); ``id.err_E``, ``id.err_gram``,
+    ``id.gap``; ``tied.err`` (largest :func:`topic_level` error over the ``d``), ``tied.gap_ratio``
+    (smallest learned over predicted gap), ``tied.within_frac`` (same-word excess at ``d = D`` over
+    the predicted one); ``sep.d2``, ``sep.d3``, ``sep.dT``, ``sep.dD`` (:func:`topic_separation`);
+    ``cos.d2_diff_max``, ``cos.dT_diff_max``, ``cos.dT_same_min``, ``cos.dD_same_min``
+    (:func:`topic_cosines`); ``spread.dT``, ``spread.dD`` (:func:`topic_spread`); normalised gaps
+    ``norm_gap.{sq,ce}_{id,tied}`` and ``ce.tied_diff`` (:func:`normalized_gram`); ``ex.d1_gap``,
+    ``ex.hidden_excess`` (same word minus same topic) and ``ex.hidden_spread``.
+    """
+    T, v = check_positive_int("num_topics", num_topics), check_positive_int("words_per_topic", words_per_topic)
+    D = T * v + 1
+    data = SimplifiedTopicModel(T, v, topics_per_doc)
+    setting = Setting(T, v, topics_per_doc, doc_len, attend_to_masked=True)
+    Sigma, C = theory.moments(setting)
+    W_star = theory.optimal_value_matrix(setting)
+    ds = (2, 3, T, T + 3, D)
+
+    def fit(d: int, head: Literal["tied", "identity"], **kw: object) -> OneLayerTransformer:
+        kw.setdefault("attend_to_masked", True)
+        return train_embedding(data, d, head, doc_len=doc_len, seed=seed, **kw)  # type: ignore[arg-type]
+
+    out: dict[str, float] = {}
+    opt = theory.tied_bias_optimum(setting)
+    learned = block_differences(_gram(fit(D, "tied", phases=phases, bias=True)), T, v)
+    err = np.abs(learned - [opt.weighted_gap, opt.diag_minus_diff, opt.same_minus_diff])
+    out.update({"bias.gap": learned[0], "bias.err_gap": err[0], "bias.err_diff": err[1:].max()})
+
+    model_id = fit(D, "identity", phases=phases)
+    gram_id = _gram(model_id)
+    b_gram = block_vector(gram_id, T, v)
+    out["id.err_E"] = np.abs(block_vector(model_id.W_E.detach().double().numpy(), T, v)
+                             - block_vector(W_star, T, v)).max()
+    out["id.err_gram"] = np.abs(b_gram - block_vector(W_star.T @ W_star, T, v)).max()
+    out["id.gap"] = b_gram[1] - b_gram[2]
+
+    errs, ratios, sep, cos, spread, gram_tied = [], [], {}, {}, {}, {}
+    for d in ds:
+        model = fit(d, "tied", phases=phases)
+        G = gram_tied[d] = _gram(model)
+        tb = theory.tied_embedding_blocks(Sigma, C, T, v, d)
+        got, want = block_vector(G, T, v), np.array([tb.diag, tb.same_topic, tb.diff_topic, tb.mask_col])
+        errs.append(np.abs(topic_level(got, v) - topic_level(want, v)).max())
+        ratios.append((got[1] - got[2]) / tb.topic_gap)
+        sep[d], cos[d], spread[d] = topic_separation(G, v), topic_cosines(G, v), topic_spread(model.W_E, v)
+        if d == D:
+            out["tied.within_frac"] = (got[0] - got[1]) / (tb.diag - tb.same_topic)
+    out.update({"tied.err": max(errs), "tied.gap_ratio": min(ratios),
+                "sep.d2": sep[2], "sep.d3": sep[3], "sep.dT": sep[T], "sep.dD": sep[D],
+                "cos.d2_diff_max": cos[2].max_diff_topic, "cos.dT_diff_max": cos[T].max_diff_topic,
+                "cos.dT_same_min": cos[T].min_same_topic, "cos.dD_same_min": cos[D].min_same_topic,
+                "spread.dT": spread[T], "spread.dD": spread[D]})
+
+    norm = {"sq_id": normalized_gram(gram_id, v), "sq_tied": normalized_gram(gram_tied[T], v)}
+    for key, head, d in (("ce_id", "identity", D), ("ce_tied", "tied", T)):
+        model = fit(d, head, phases=short_phases, loss="cross_entropy")
+        norm[key] = normalized_gram(model.embedding_gram(), v)
+    for key, G in norm.items():
+        b = orbit_means(G, T, v)
+        out[f"norm_gap.{key}"] = b.same_topic - b.diff_topic
+    out["ce.tied_diff"] = orbit_means(norm["ce_tied"], T, v).diff_topic
+
+    b1 = orbit_means(_gram(fit(1, "tied", phases=short_phases)), T, v)
+    out["ex.d1_gap"] = b1.same_topic - b1.diff_topic
+    model_h = fit(D, "identity", phases=short_phases, attend_to_masked=False)
+    b_h = orbit_means(_gram(model_h), T, v)
+    out["ex.hidden_excess"] = b_h.diag - b_h.same_topic
+    out["ex.hidden_spread"] = topic_spread(model_h.W_E, v)
+    return {k: float(x) for k, x in out.items()}
