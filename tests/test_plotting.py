@@ -144,3 +144,17 @@ def test_summary_table_formats_plain_and_mean_sd_columns():
         plotting.summary_table(rows, {"x": ("nope", ".2f")})
     with pytest.raises(ValueError, match="rows"):
         plotting.summary_table([], {"x": ("gap", ".2f")})
+
+
+def test_compare_heatmaps_wraps_panels_into_rows():
+    mats = [k * np.eye(3) for k in range(1, 4)]
+    fig = plotting.compare_heatmaps(mats, ["a", "b", "c"], 1, ncols=2)
+    maps = [ax for ax in fig.axes if ax.images]
+    assert len(maps) == 3
+    # two rows of two: the fourth slot is switched off
+    assert fig.get_size_inches().tolist() == [8.0, 7.2]
+    assert sum(not ax.axison for ax in fig.axes) == 1
+    assert [ax.images[0].get_clim() for ax in maps] == [(-3.0, 3.0)] * 3
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="ncols"):
+            plotting.compare_heatmaps(mats, ["a", "b", "c"], 1, ncols=bad)

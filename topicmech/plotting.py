@@ -178,18 +178,29 @@ def compare_heatmaps(
     shared_scale: bool = True,
     colorbar_label: str | None = None,
     mask_label_at: str = "top",
+    ncols: int | None = None,
 ) -> plt.Figure:
-    """Side-by-side heatmaps (e.g. predicted next to learned), optionally on one colour scale.
+    """Heatmaps side by side (e.g. predicted next to learned), optionally on one colour scale.
 
     ``colorbar_label`` and ``mask_label_at`` are passed to :func:`heatmap_by_topic` for
-    every panel.
+    every panel. ``ncols`` panels go in a row (default: all in one row); more panels wrap
+    onto further rows, so that four panels can make a 2 x 2 grid that stays readable at
+    page width.
     """
     if len(matrices) != len(titles):
         raise ValueError(f"got {len(matrices)} matrices but {len(titles)} titles")
-    fig, axes = plt.subplots(1, len(matrices), figsize=(4.0 * len(matrices), 3.6), squeeze=False)
+    if ncols is None:
+        ncols = len(matrices)
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive integer, got {ncols!r}")
+    ncols = min(ncols, len(matrices))
+    nrows = -(-len(matrices) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.ravel()[len(matrices):]:
+        ax.set_axis_off()                      # a last row that is not full
     arrays = [_np(m) for m in matrices]
     lim = max(float(np.nanmax(np.abs(a - (center or 0.0)))) for a in arrays) if shared_scale else None
-    for ax, a, t in zip(axes[0], arrays, titles):
+    for ax, a, t in zip(axes.ravel(), arrays, titles):
         limits = (center - lim, center + lim) if lim is not None and center is not None else None
         heatmap_by_topic(a, words_per_topic, ax=ax, title=t, center=center, limits=limits,
                          colorbar_label=colorbar_label, mask_label_at=mask_label_at)
@@ -209,10 +220,10 @@ def label_token_axes(fig: plt.Figure, value: str = "inner product") -> plt.Figur
         raise ValueError(f"value must be a non-empty label, got {value!r}")
     for ax in fig.axes:
         if ax.get_label() == "<colorbar>":
-            ax.set_ylabel(value, fontsize=8)
+            ax.set_ylabel(value, fontsize=10)
         else:
-            ax.set_xlabel("token (sorted by topic, [MASK] last)", fontsize=8)
-            ax.set_ylabel("token", fontsize=8)
+            ax.set_xlabel("token (sorted by topic, [MASK] last)", fontsize=10)
+            ax.set_ylabel("token", fontsize=10)
     return fig
 
 
