@@ -52,6 +52,10 @@ echo "installed in $((SECONDS - t0)) s: $("$PY" -m pip list 2>/dev/null | grep -
 "$PY" -m ipykernel install --prefix "$WORK/venv" --name topicmech-exported --display-name "topicmech (check)" >/dev/null
 
 mkdir -p "$WORK/run"
+# stored multi-seed results (results/*.json) are not part of the package: a reader outside the
+# repository downloads the folder and points TOPICMECH_RESULTS at it, as done here
+cp -r "$REPO/results" "$WORK/results"
+export TOPICMECH_RESULTS="$WORK/results"
 cd "$WORK/run"
 "$PY" - "$REPO" <<'EOF'
 import importlib.util
