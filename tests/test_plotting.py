@@ -107,6 +107,13 @@ def test_plot_tracked_and_plot_attention():
         assert len(fig.axes) == 4
     with pytest.raises(ValueError, match="step_scale"):
         plotting.plot_tracked(run, step_scale="cube")
+    # the key-query panel is symlog: a contrast of either sign is drawn whole
+    ax_a = plotting.plot_tracked(run, score_linthresh=1e-4).axes[1]
+    assert ax_a.get_yscale() == "symlog"
+    drawn = ax_a.lines[1].get_ydata()
+    assert np.array_equal(drawn, run.probe("kq_same_topic").astype(float))
+    with pytest.raises(ValueError, match="score_linthresh"):
+        plotting.plot_tracked(run, score_linthresh=0.0)
     ax = plotting.plot_attention(run, fields=("same_topic", "diff_topic"))
     assert len(ax.lines) == 3                                    # two fields and the uniform line
     with pytest.raises(ValueError, match="fields"):

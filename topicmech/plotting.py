@@ -8,6 +8,7 @@ per page, so only the pages that draw with seaborn itself import it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -303,16 +304,21 @@ def stage_legend_handles(overlap: bool = False) -> list:
 def plot_tracked(
     run: JointRun, *, axes: Sequence[Any] | None = None, loss_reference: float | None = None,
     loss_window: int = 50, title: str | None = None, shade: bool = True, legend: bool = True,
-    step_scale: Literal["linear", "sqrt", "log"] = "linear",
+    step_scale: Literal["linear", "sqrt", "log"] = "linear", score_linthresh: float | None = None,
 ) -> Any:
     """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss; returns the figure.
 
     Draws into ``axes`` (4 Axes) or a new figure; ``shade`` shades the two stages;
     ``loss_reference`` adds a line to the loss panel (smoothed over ``loss_window`` steps);
     ``step_scale="sqrt"`` or ``"log"`` (linear below step 10) keeps a short stage 1 visible.
+    The key-query panel is on a symmetric-log scale, so that a score contrast that starts
+    negative and crosses zero stays drawn: linear within ``+-score_linthresh``, logarithmic
+    outside (default: the power of 10 at or below the size of the first nonzero contrast).
     """
     if step_scale not in ("linear", "sqrt", "log"):
         raise ValueError(f"step_scale must be 'linear', 'sqrt' or 'log', got {step_scale!r}")
+    if score_linthresh is not None and not (np.isfinite(score_linthresh) and score_linthresh > 0):
+        raise ValueError(f"score_linthresh must be a finite number > 0, got {score_linthresh!r}")
     if axes is None:
         fig, axes = plt.subplots(4, 1, figsize=(6.4, 7.4), sharex=True)
     elif len(axes) != 4:
@@ -324,10 +330,15 @@ def plot_tracked(
     if "value_gap" in h.probes:
         ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
     ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
-    ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
     contrast = run.probe("kq_same_topic").astype(float)
-    ax_a.semilogy(s, np.where(contrast > 0, contrast, np.nan), color="C2", label="same-topic score contrast")
-    ax_a.set_ylabel("key-query")
+    if score_linthresh is None:
+        nonzero = np.abs(contrast[np.isfinite(contrast) & (contrast != 0)])
+        score_linthresh = 10.0 ** math.floor(math.log10(nonzero[0])) if nonzero.size else 1e-3
+    ax_a.plot(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
+    ax_a.plot(s, contrast, color="C2", label="same-topic score contrast")
+    ax_a.set_yscale("symlog", linthresh=score_linthresh)
+    ax_a.axhline(0.0, color="k", lw=0.6, alpha=0.5, label="zero")
+    ax_a.set_ylabel("key-query score")
     plot_attention(run, ax_att, shade=False, legend=False)
     ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
     if loss_reference is not None:
@@ -373,7 +384,7 @@ def plot_attention(
     for name in fields:
         colour, ls = style[name]
         ax.plot(s, att[:, ATTENTION_FIELDS.index(name)], color=colour, ls=ls, label=name.replace("_", " "))
-    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5)
+    ax.axhline(1.0, color="k", lw=0.6, alpha=0.5, label="uniform")
     ax.set_ylabel("attention / uniform")
     if shade and run.times is not None:
         _shade(ax, run.times, float(s[-1]))
