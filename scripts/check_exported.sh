@@ -40,9 +40,10 @@ t0=$SECONDS
 echo "--- fresh environment in $WORK/venv ($("$PYTHON" --version))"
 "$PYTHON" -m venv "$WORK/venv"
 PY="$WORK/venv/bin/python"
-# the package alone, as pip would take it from the repository (no tests, no book, no .venv)
+# the package alone, as pip would take it from the repository (no tests, no book, no .venv):
+# its code and the stored results (results/*.json), which it ships as topicmech/stored/
 mkdir -p "$WORK/src"
-cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/LICENSE" "$REPO/topicmech" "$WORK/src/"
+cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/LICENSE" "$REPO/topicmech" "$REPO/results" "$WORK/src/"
 find "$WORK/src/topicmech" -name __pycache__ -prune -exec rm -rf {} +
 quiet() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }  # this machine's pip config: noise
 "$PY" -m pip install -q --no-compile "$TORCH_PIN" 2>&1 | quiet   # .pyc compiled on first import instead
@@ -52,17 +53,24 @@ echo "installed in $((SECONDS - t0)) s: $("$PY" -m pip list 2>/dev/null | grep -
 "$PY" -m ipykernel install --prefix "$WORK/venv" --name topicmech-exported --display-name "topicmech (check)" >/dev/null
 
 mkdir -p "$WORK/run"
-# stored multi-seed results (results/*.json) are not part of the package: a reader outside the
-# repository downloads the folder and points TOPICMECH_RESULTS at it, as done here
-cp -r "$REPO/results" "$WORK/results"
-export TOPICMECH_RESULTS="$WORK/results"
+# the stored multi-seed results come with the installed package: no TOPICMECH_RESULTS, and the
+# chapters must find every one of them in the installed copy, not in the repository
+unset TOPICMECH_RESULTS
+rm -rf "$WORK/src"
 cd "$WORK/run"
 "$PY" - "$REPO" <<'EOF'
 import importlib.util
 import sys
+from pathlib import Path
 import topicmech
+from topicmech import results
 repo = sys.argv[1]
 assert not topicmech.__file__.startswith(repo), f"topicmech imported from the repository: {topicmech.__file__}"
+where = results.locations()
+assert [label for label, _ in where] == ["the copy installed with the package"], where
+names = sorted(p.stem for p in Path(repo, "results").glob("*.json"))
+assert [results.load(n).name for n in names] == names
+print(f"{len(names)} stored results from {where[0][1]}")
 glue = "myst_nb's glue" if importlib.util.find_spec("myst_nb") else "the notebooks' stand-in glue (no myst_nb)"
 print(f"topicmech {topicmech.__version__} from {topicmech.__file__}; {glue}")
 EOF

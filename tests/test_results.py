@@ -3,11 +3,21 @@ against what its recorded function computes now, on its first seed."""
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from topicmech import results
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def toy_metric(seed: int, *, scale: float = 1.0) -> dict:
@@ -77,3 +87,66 @@ def test_stored_file_was_written_from_a_clean_commit(name):
     ran from a committed tree, not one with uncommitted changes ("+dirty") or outside git."""
     commit = results.load(name).provenance["commit"]
     assert commit != "unknown" and not commit.endswith("+dirty"), f"results/{name}.json: commit {commit}"
+
+
+def test_every_stored_file_ships_with_the_package():
+    """pyproject.toml maps results/ to the package topicmech.stored and ships its JSON files as
+    package data, so that an installed package (an exported notebook on Colab) finds them."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert "topicmech.stored" in tool["packages"], tool["packages"]
+    assert tool["package-dir"]["topicmech.stored"] == "results", tool["package-dir"]
+    patterns = tool["package-data"]["topicmech.stored"]
+    files = sorted(p.name for p in (ROOT / "results").glob("*.json"))
+    assert files, "no results/*.json"
+    missing = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert not missing, f"results/ files the package would not ship: {missing}"
+
+
+def test_load_looks_in_order_and_names_where_it_looked(tmp_path, monkeypatch):
+    """TOPICMECH_RESULTS first, then the repository's results/; a missing file names every folder."""
+    monkeypatch.setenv("TOPICMECH_RESULTS", str(tmp_path))
+    where = results.locations()
+    assert [label for label, _ in where][:2] == ["TOPICMECH_RESULTS", "the repository's results/"]
+    assert where[0][1] == tmp_path and where[1][1] == ROOT / "results"
+    name = STORED[0]
+    assert results.load(name).seeds                      # not in tmp_path: found in results/
+    shadow = json.loads((ROOT / "results" / f"{name}.json").read_text())
+    shadow["per_seed"] = shadow["per_seed"][:1]
+    (tmp_path / f"{name}.json").write_text(json.dumps(shadow))
+    assert len(results.load(name).per_seed) == 1         # TOPICMECH_RESULTS wins
+    with pytest.raises(FileNotFoundError, match=f"nothing_here.json; looked in TOPICMECH_RESULTS: {tmp_path}"):
+        results.load("nothing_here")
+    with pytest.raises(ValueError, match="file stem"):
+        results.load("ch3_seeds.json")
+
+
+@pytest.mark.slow
+def test_the_built_wheel_reads_its_own_copy(tmp_path):
+    """Build the wheel from a copy of the package files, install it into a folder outside the
+    repository, and load every stored result there with no TOPICMECH_RESULTS (about 15 s)."""
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("building the wheel without network needs setuptools in this environment")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("topicmech", "results"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("topicmech-*.whl"))
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", "--target", str(tmp_path / "site"),
+                    str(wheel)], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "TOPICMECH_RESULTS"}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    script = ("import json, topicmech, topicmech.results as r\n"
+              "names = sorted(p.name[:-5] for p in r.RESULTS_DIR.iterdir() if p.name.endswith('.json'))\n"
+              "print(json.dumps({'file': topicmech.__file__, 'where': [w for w, _ in r.locations()],\n"
+              "                  'names': names, 'loaded': [r.load(n).name for n in names]}))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True)
+    got = json.loads(out.stdout)
+    assert got["file"].startswith(str(tmp_path / "site")), got["file"]
+    assert got["where"] == ["the copy installed with the package"], got["where"]
+    assert got["names"] == got["loaded"] == STORED

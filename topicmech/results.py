@@ -16,6 +16,12 @@ Only :func:`store` writes these files (no typed numbers). :func:`load` reads one
 :class:`StoredResult`; :func:`rerun` recomputes a few of its seeds from the recorded function
 and arguments, so a page and a test can check that the stored numbers are still what the code
 computes (:meth:`StoredResult.check_rerun`).
+
+Where :func:`load` looks, in this order (:func:`locations`): the folder named by the environment
+variable ``TOPICMECH_RESULTS`` when it is set; ``results/`` at the top of the repository when the
+package runs from a checkout; the copy installed with the package (``topicmech/stored/``, the
+same files, shipped as package data by ``pyproject.toml``), for readers who installed the
+package and run an exported notebook outside the repository.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import datetime as _dt
 import functools
 import importlib
 import importlib.metadata
+import importlib.resources
 import json
 import math
 import os
@@ -42,10 +49,56 @@ from scipy import stats as _scipy_stats
 from .runner import run_seeds
 from .utils import check_seeds, run_mode, seed_offset
 
-__all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "provenance", "store", "load", "rerun"]
+__all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "provenance", "store", "load", "rerun",
+           "locations"]
 
-#: Where stored results live: ``results/`` at the top of the repository (``TOPICMECH_RESULTS`` overrides).
-RESULTS_DIR = Path(os.environ.get("TOPICMECH_RESULTS", Path(__file__).resolve().parents[1] / "results"))
+_ENV = "TOPICMECH_RESULTS"
+_REPO = Path(__file__).resolve().parents[1]
+#: the installed copy: package data ``topicmech/stored/*.json`` (``results/`` mapped in pyproject.toml)
+_PACKAGED = "stored"
+
+
+def _checkout_dir() -> Path | None:
+    """``results/`` at the top of the repository, when the package runs from a checkout."""
+    folder = _REPO / "results"
+    return folder if (_REPO / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
+def _packaged_dir() -> Any | None:
+    """The copy of the stored results installed with the package (a ``Traversable``), if any."""
+    try:
+        folder = importlib.resources.files(__package__).joinpath(_PACKAGED)
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - imported outside the package
+        return None
+    return folder if folder.is_dir() else None
+
+
+def locations() -> list[tuple[str, Any]]:
+    """Where :func:`load` looks for stored results, in order, as ``(label, folder)`` pairs:
+    ``TOPICMECH_RESULTS`` when it is set, the repository's ``results/`` when running from a
+    checkout, and the copy installed with the package when there is one."""
+    found: list[tuple[str, Any]] = []
+    if os.environ.get(_ENV):
+        found.append((_ENV, Path(os.environ[_ENV])))
+    checkout = _checkout_dir()
+    if checkout is not None:
+        found.append(("the repository's results/", checkout))
+    packaged = _packaged_dir()
+    if packaged is not None:
+        found.append(("the copy installed with the package", packaged))
+    return found
+
+
+def _default_dir() -> Any:
+    """The first of :func:`locations` (where :data:`RESULTS_DIR` points)."""
+    found = locations()
+    return found[0][1] if found else _REPO / "results"
+
+
+#: Where stored results live (the first of :func:`locations` when the package was imported):
+#: ``TOPICMECH_RESULTS`` if set, else ``results/`` at the top of the repository in a checkout,
+#: else the copy installed with the package.
+RESULTS_DIR = _default_dir()
 
 
 @dataclass(frozen=True)
@@ -254,7 +307,9 @@ def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] 
           kwargs: Mapping[str, Any] | None = None, executor: Executor | None = None,
           n_jobs: int | None = None, directory: str | os.PathLike | None = None) -> Path:
     """Run ``fn(seed, **kwargs)`` for every seed (on ``executor`` or ``n_jobs`` local processes) and
-    write ``<directory>/<name>.json`` (default :data:`RESULTS_DIR`) with its provenance.
+    write ``<directory>/<name>.json`` with its provenance. The default directory is
+    ``TOPICMECH_RESULTS`` if set, else the repository's ``results/`` (never the installed copy:
+    outside a checkout without ``TOPICMECH_RESULTS``, ``directory`` is required).
 
     ``fn`` must be a module-level function returning a mapping of metric names to numbers, bools,
     strings or lists of numbers, and ``kwargs`` JSON-serialisable, so that :func:`rerun` can call
@@ -263,6 +318,16 @@ def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] 
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     _function_name(fn)  # fail before running anything if a rerun could not find fn
+    if directory is not None:
+        path = Path(directory)
+    elif os.environ.get(_ENV):
+        path = Path(os.environ[_ENV])
+    elif (_REPO / "pyproject.toml").is_file():  # a checkout
+        path = _REPO / "results"
+    else:
+        raise ValueError(f"store({name!r}) writes into TOPICMECH_RESULTS or the repository's results/; "
+                         f"neither is available here (the package runs from {_REPO}, not a checkout), "
+                         f"so pass directory=")
     kwargs = dict(kwargs or {})
     json.dumps(kwargs)  # fail early on arguments a rerun could not read back
     seed_list = check_seeds(seeds)
@@ -270,7 +335,6 @@ def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] 
     rows = [_metrics(rec["seed"], rec["result"], name) for rec in sweep.records]
     payload = {"name": name, "provenance": provenance(fn, kwargs, seed_list, command=command),
                "per_seed": rows, "summary": _summary(rows)}
-    path = Path(directory) if directory is not None else RESULTS_DIR
     path.mkdir(parents=True, exist_ok=True)
     target = path / f"{name}.json"
     target.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
@@ -278,13 +342,21 @@ def store(name: str, fn: Callable[..., Mapping[str, Any]], seeds: Iterable[int] 
 
 
 def load(name: str, *, directory: str | os.PathLike | None = None) -> StoredResult:
-    """Read ``<directory>/<name>.json`` (default :data:`RESULTS_DIR`); ``FileNotFoundError`` naming
-    the path and the script that writes it."""
-    path = (Path(directory) if directory is not None else RESULTS_DIR) / f"{name}.json"
-    if not path.exists():
-        raise FileNotFoundError(f"no stored result {path}: run the script in scripts/results/ that writes it")
-    raw = json.loads(path.read_text())
-    return StoredResult(raw["name"], raw["provenance"], raw["per_seed"], raw["summary"])
+    """Read ``<name>.json`` from ``directory``, or else from the first of :func:`locations` that
+    holds it. ``ValueError`` naming ``name`` if it is not a plain file stem; ``FileNotFoundError``
+    naming the file, every folder looked in, and the script that writes it."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.endswith(".json"):
+        raise ValueError(f"name must be a stored result's file stem (as 'ch3_seeds'), got {name!r}")
+    filename = f"{name}.json"
+    where = [("directory=", Path(directory))] if directory is not None else locations()
+    for _, folder in where:
+        path = folder.joinpath(filename)
+        if path.is_file():
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return StoredResult(raw["name"], raw["provenance"], raw["per_seed"], raw["summary"])
+    looked = "; ".join(f"{label}: {folder}" for label, folder in where) or "nowhere (no folder of results found)"
+    raise FileNotFoundError(f"no stored result {filename}; looked in {looked}. It is written by a script in "
+                            f"scripts/results/ of the repository; set {_ENV} to a folder that holds it")
 
 
 def rerun(result: StoredResult, seeds: Sequence[int] | None = None, **changes: Any) -> list[dict[str, Any]]:
