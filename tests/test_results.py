@@ -25,7 +25,8 @@ def toy_metric(seed: int, *, scale: float = 1.0) -> dict:
     return {"value": scale * (seed + 1), "even": seed % 2 == 0, "curve": [seed, 2 * seed]}
 
 
-def test_store_load_rerun_round_trip(tmp_path):
+def test_store_load_rerun_round_trip(tmp_path, monkeypatch):
+    monkeypatch.delenv("TOPICMECH_SEED_OFFSET", raising=False)  # exact rerun at the stored seeds
     path = results.store("toy", toy_metric, [0, 1, 2], command="pytest", kwargs={"scale": 2.0},
                          n_jobs=1, directory=tmp_path)
     raw = json.loads(path.read_text())
