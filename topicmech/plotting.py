@@ -322,7 +322,7 @@ def plot_tracked(
     h, s, times = run.history, run.steps, run.times
     ax_v, ax_a, ax_att, ax_l = axes
     if "value_gap" in h.probes:
-        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
+        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^{*}\| / \|W^{*}\|$")
     ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
     ax_a.semilogy(s, run.probe("kq_norm"), color="C1", label=r"$\|A\|_F$")
     contrast = run.probe("kq_same_topic").astype(float)
@@ -331,7 +331,7 @@ def plot_tracked(
     plot_attention(run, ax_att, shade=False, legend=False)
     ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
     if loss_reference is not None:
-        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^\star$, uniform attention")
+        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^{*}$, uniform attention")
     ax_l.set(ylabel="loss", xlabel="step")
     if shade and times is not None:
         for ax in axes:
