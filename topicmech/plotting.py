@@ -162,9 +162,9 @@ def heatmap_by_topic(
         ax.axhline(V, color="k", lw=1.0)
         ax.axvline(V, color="k", lw=1.0)
         if mask_label_at == "top":
-            ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=7)
+            ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=9)
         else:
-            ax.text(V + 0.5, rows + 0.6, "[M]", ha="center", va="top", fontsize=7)
+            ax.text(V + 0.5, rows + 0.6, "[M]", ha="center", va="top", fontsize=9)
     ax.set_title(title)
     return ax
 
