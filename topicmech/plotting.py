@@ -163,9 +163,9 @@ def heatmap_by_topic(
         ax.axhline(V, color="k", lw=1.0)
         ax.axvline(V, color="k", lw=1.0)
         if mask_label_at == "top":
-            ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=7)
+            ax.text(V + 0.5, -0.6, "[M]", ha="center", va="bottom", fontsize=9)
         else:
-            ax.text(V + 0.5, rows + 0.6, "[M]", ha="center", va="top", fontsize=7)
+            ax.text(V + 0.5, rows + 0.6, "[M]", ha="center", va="top", fontsize=9)
     ax.set_title(title)
     return ax
 
@@ -328,7 +328,7 @@ def plot_tracked(
     h, s, times = run.history, run.steps, run.times
     ax_v, ax_a, ax_att, ax_l = axes
     if "value_gap" in h.probes:
-        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^\star\| / \|W^\star\|$")
+        ax_v.plot(s, run.probe("value_gap"), color="C0", label=r"$\|W^V - W^{*}\| / \|W^{*}\|$")
     ax_v.set(ylabel=r"$W^V$ gap", ylim=(0, None))
     contrast = run.probe("kq_same_topic").astype(float)
     if score_linthresh is None:
@@ -342,7 +342,7 @@ def plot_tracked(
     plot_attention(run, ax_att, shade=False, legend=False)
     ax_l.plot(h.step, h.smoothed_loss(loss_window), color="C0", lw=1, label="training loss")
     if loss_reference is not None:
-        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^\star$, uniform attention")
+        ax_l.axhline(loss_reference, color="k", ls="--", lw=1, label=r"$W^{*}$, uniform attention")
     ax_l.set(ylabel="loss", xlabel="step")
     if shade and times is not None:
         for ax in axes:
