@@ -13,8 +13,9 @@ come from ``chapters_full.json``, written by the same script under ``TOPICMECH_M
     until ``python benchmarks/bench_chapters.py --only <page>`` has measured it.
 
 ``{run-times}``
-    a table of every stored page (quick mode, and full mode where measured), preceded by a
-    sentence that names the machine, the date and the versions of the measurement.
+    a table of every stored page in the order of the table of contents (quick mode, and full
+    mode where measured), preceded by one sentence per mode that names the machine, the date
+    and the versions of the measurement.
 
 ``{build-report}``
     what this build ran with (mode, seed offset, commit, versions, machine) and, once every
@@ -57,6 +58,29 @@ def load(srcdir: str | Path, mode: str = "quick") -> dict:
     if not path.exists():
         return {}
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def book_order(pages: list[str]) -> list[str]:
+    """``pages`` (file stems) in the order of the table of contents, unknown ones last."""
+    toc = ROOT / "_toc.yml"
+    order: list[str] = []
+    if toc.exists():
+        import yaml
+
+        def walk(node) -> None:
+            if isinstance(node, dict):
+                for key in ("root", "file"):  # the root page first, then each file
+                    if key in node:
+                        order.append(posixpath.basename(str(node[key])))
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for item in node:
+                    walk(item)
+
+        walk(yaml.safe_load(toc.read_text(encoding="utf-8")))
+    rank = {page: i for i, page in enumerate(order)}
+    return sorted(pages, key=lambda page: (rank.get(page, len(rank)), pages.index(page)))
 
 
 def page_seconds(stored: dict) -> dict[str, float]:
@@ -148,17 +172,18 @@ class RunTimes(SphinxDirective):
                            location=(self.env.docname, self.lineno))
             return []
         q, f = page_seconds(quick), page_seconds(full)
-        pages = self.options.get("pages", "").split() or list(q)
+        pages = self.options.get("pages", "").split() or book_order(list(q))
         unknown = [p for p in pages if p not in q]
         if unknown:
             LOGGER.warning(f"run-times: no stored run time for {', '.join(unknown)}",
                            location=(self.env.docname, self.lineno))
         rows = [[_doc(p, self.env.docname), about(q[p]),
                  about(f[p]) if p in f else "not measured"] for p in pages if p in q]
-        intro = nodes.paragraph(text=machine_sentence(quick))
-        out = [intro, _table(["page", "quick mode", "full mode"], rows)]
+        # where both columns were measured, before the table
+        out = [nodes.paragraph(text=machine_sentence(quick))]
         if full:
             out.append(nodes.paragraph(text=machine_sentence(full)))
+        out.append(_table(["page", "quick mode", "full mode"], rows))
         return out
 
 
@@ -248,7 +273,8 @@ class BuildReportTransform(SphinxPostTransform):
         docname = self.env.docname
         for node in self.document.findall(BuildReportNode):
             rows = []
-            for doc in sorted(data):
+            by_page = {posixpath.basename(doc): doc for doc in data}
+            for doc in (by_page[page] for page in book_order(list(by_page))):
                 ex = data[doc].get("exec_data")
                 if not ex:
                     continue
@@ -259,11 +285,11 @@ class BuildReportTransform(SphinxPostTransform):
                 ref += nodes.inline(text=doc)
                 ok = "ran without error" if ex.get("succeeded") else f"failed: {ex.get('error')}"
                 runtime = ex.get("runtime")
-                rows.append([ref, _when(ex.get("mtime")), str(ex.get("method", "")),
+                rows.append([ref, _when(ex.get("mtime")),
                              "-" if runtime is None else f"{runtime:.1f}",
                              f"{stored[page]:.1f}" if page in stored else "not stored", ok])
             node.replace_self(_table(
-                ["page", "executed at", "execution method", "run time in this build (s)",
+                ["page", "executed at", "run time in this build (s)",
                  "stored run time (s), quoted in the headers", "status"], rows))
 
 
