@@ -4,6 +4,7 @@ Usage::
 
     python scripts/make_notebooks.py --out notebooks
     python scripts/make_notebooks.py --out _build/students --strip-solutions
+    python scripts/make_notebooks.py --out notebooks --book-url https://HOST/PATH
 
 With ``--strip-solutions`` every gated solution (``{solution-start}`` ... ``{solution-end}``,
 including the code cells between the gates) is replaced by a one-line note, giving a
@@ -16,8 +17,15 @@ Jupyter Book and without the repository:
 * the install cell installs ``topicmech[notebooks]`` at this release (``__version__``) when
   the package is missing; the extra brings everything a chapter imports;
 * ``from myst_nb import glue`` becomes a fallback: myst_nb's ``glue`` when it is installed,
-  otherwise a stand-in that records each value in a dict (``GLUED``) and shows it when
-  ``display`` is true;
+  otherwise a stand-in that records each value in ``topicmech.notebook.GLUED`` and shows
+  it when ``display`` is true; the install cell imports that dict, which ``tm.glue_values``
+  fills too;
+* the markdown cells read as plain Markdown (:class:`MystToMarkdown`): references become
+  titles in italics (links to the rendered book with ``--book-url``) or the numbers the
+  book shows ("Fig. 4.1", "Theorem 3.2", "(4.1)", computed like Sphinx's ``numfig`` from
+  ``_toc.yml``: :class:`LabelIndex`), citations "Author (year)", glued numbers their
+  names in code font (a note after the first cell says where the values are), directives
+  blockquotes under a bold title, labelled equations display maths with ``\\tag``;
 * the ``{pagetime}`page``` role of the book (``book/_ext/run_times.py``) becomes the text
   it renders, the stored run time of the page ("about 9 s on two CPU cores"), so
   regenerate the notebooks after ``benchmarks/bench_chapters.py`` has stored new times.
