@@ -495,7 +495,8 @@ class MystToMarkdown:
 
 def _citations(bib: Path) -> dict[str, tuple[str, str]]:
     """``key -> (authors, year)`` as the book cites them: one author "Li", two "Řehůřek and
-    Sojka", more "Li et al."; the year followed by the entry's ``citetag`` ("2023, slides")."""
+    Sojka", more "Li et al."; the year followed by the entry's ``citetag`` ("2023, slides").
+    ``ValueError`` naming the keys when two entries would cite alike (no ``citetag``)."""
     from pybtex.database import parse_file
     from pybtex.richtext import Text
 
@@ -514,6 +515,12 @@ def _citations(bib: Path) -> dict[str, tuple[str, str]]:
         year = entry.fields.get("year", "n.d.")
         tag = entry.fields.get("citetag")
         out[key] = (who, f"{year}, {tag}" if tag else year)
+    seen: dict[tuple[str, str], str] = {}
+    for key, cited in out.items():
+        if cited in seen:  # the book tells them apart by a label letter; give them citetags
+            raise ValueError(f"citations {seen[cited]!r} and {key!r} both read {cited[0]} ({cited[1]});"
+                             " give them a citetag field in references.bib")
+        seen[cited] = key
     return out
 
 

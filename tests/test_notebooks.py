@@ -162,3 +162,11 @@ def test_exported_notebook_explains_the_glued_names(tmp_path: Path) -> None:
     nb = nbformat.read(tmp_path / "04_value_matrix.ipynb", as_version=4)
     assert nb.cells[1].cell_type == "markdown" and "GLUED[" in nb.cells[1].source
     assert any("from topicmech.notebook import GLUED" in c.source for c in nb.cells if c.cell_type == "code")
+
+
+def test_citations_that_would_read_alike_are_an_error(tmp_path: Path) -> None:
+    bib = tmp_path / "refs.bib"
+    bib.write_text("@misc{a, author = {Li, Yuchen}, year = {2023}}\n"
+                   "@misc{b, author = {Li, Yuchen}, year = {2023}}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="'a' and 'b'"):
+        make_notebooks._citations(bib)
