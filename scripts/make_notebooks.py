@@ -4,6 +4,7 @@ Usage::
 
     python scripts/make_notebooks.py --out notebooks
     python scripts/make_notebooks.py --out _build/students --strip-solutions
+    python scripts/make_notebooks.py --out notebooks --book-url https://HOST/PATH
 
 With ``--strip-solutions`` every gated solution (``{solution-start}`` ... ``{solution-end}``,
 including the code cells between the gates) is replaced by a one-line note, giving a
@@ -16,8 +17,15 @@ Jupyter Book and without the repository:
 * the install cell installs ``topicmech[notebooks]`` at this release (``__version__``) when
   the package is missing; the extra brings everything a chapter imports;
 * ``from myst_nb import glue`` becomes a fallback: myst_nb's ``glue`` when it is installed,
-  otherwise a stand-in that records each value in a dict (``GLUED``) and shows it when
-  ``display`` is true;
+  otherwise a stand-in that records each value in ``topicmech.notebook.GLUED`` and shows
+  it when ``display`` is true; the install cell imports that dict, which ``tm.glue_values``
+  fills too;
+* the markdown cells read as plain Markdown (:class:`MystToMarkdown`): references become
+  titles in italics (links to the rendered book with ``--book-url``) or the numbers the
+  book shows ("Fig. 4.1", "Theorem 3.2", "(4.1)", computed like Sphinx's ``numfig`` from
+  ``_toc.yml``: :class:`LabelIndex`), citations "Author (year)", glued numbers their
+  names in code font (a note after the first cell says where the values are), directives
+  blockquotes under a bold title, labelled equations display maths with ``\\tag``;
 * the ``{pagetime}`page``` role of the book (``book/_ext/run_times.py``) becomes the text
   it renders, the stored run time of the page ("about 9 s on two CPU cores"), so
   regenerate the notebooks after ``benchmarks/bench_chapters.py`` has stored new times.
@@ -49,7 +57,7 @@ GLUE_FALLBACK = '''try:
 except ImportError:  # outside Jupyter Book: record glued values, show them on request
     from IPython.display import display as _display
 
-    GLUED = {}
+    from topicmech.notebook import GLUED  # where tm.glue_values records, too
 
     def glue(name, value, display=True):
         """Record ``value`` under ``name`` in ``GLUED``; show it when ``display`` is true."""
@@ -110,27 +118,458 @@ def render_pagetimes(text: str) -> str:
     return PAGETIME.sub(render, text)
 
 
+# ---------------------------------------------------------------------------------------------
+# MyST markup -> plain Markdown, for readers outside Jupyter Book
+# ---------------------------------------------------------------------------------------------
+#: Sphinx's numfig prefixes (``numfig_format``) and sphinx-proof's / sphinx-exercise's names.
+KIND_NAMES = {"figure": "Fig.", "table": "Table", "code-block": "Listing", "exercise": "Exercise"}
+#: The options line of a directive (``:label: x``) and the MyST label line ``(label)=``.
+OPTION = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*)$")
+LABEL_LINE = re.compile(r"^[ \t]*\(([^()\s]+)\)=[ \t]*$")
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,})\{(?P<name>[^}\s]+)\}[ \t]*(?P<arg>.*?)[ \t]*$")
+CODE_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[^`{]*$")
+LABELLED_EQ = re.compile(r"^(?P<indent>[ \t]*)\$\$[ \t]*\((?P<label>[^()\s]+)\)[ \t]*$")
+ROLE = re.compile(r"\{(?P<name>[a-z][\w:-]*)\}`(?P<body>[^`]*)`")
+EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<label>[^<>]+)>$", re.S)
+ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger",
+               "error", "seealso", "dropdown", "admonition", "margin", "sidebar", "topic"}
+
+
+def _norm_id(label: str) -> str:
+    """The HTML id Sphinx gives a label (docutils ``make_id``)."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+def _first_words(text: str, n: int = 12) -> str:
+    """The first sentence of a caption, or its first ``n`` words."""
+    text = " ".join(text.split())
+    sentence = re.split(r"(?<=[.:;])\s", text, maxsplit=1)[0].rstrip(".:;")
+    words = sentence.split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def toc_pages(root: Path = ROOT) -> list[tuple[str, int | None]]:
+    """The book's pages in table-of-contents order, each with the chapter number the book
+    shows (``None`` on unnumbered pages), from ``_toc.yml`` (parts marked ``numbered``
+    number their chapters on from the previous numbered part)."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    pages: list[tuple[str, int | None]] = [(Path(toc["root"]).name, None)]
+    number = 0
+    for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}]):
+        for chapter in part.get("chapters", []):
+            if part.get("numbered"):
+                number += 1
+            pages.append((Path(chapter["file"]).name, number if part.get("numbered") else None))
+    return pages
+
+
+class Target:
+    """What a label points at: its page, kind (``section``, ``figure``, ``equation``,
+    ``exercise``, ``theorem``, ...), title or caption, and the number the book shows."""
+
+    def __init__(self, page: str, kind: str, title: str = "", number: str | None = None,
+                 anchor: str | None = None):
+        self.page, self.kind, self.title, self.number, self.anchor = page, kind, title, number, anchor
+
+    def numbered(self) -> str | None:
+        """``"Fig. 4.1"``, ``"Theorem 3.2"``, ``"(4.1)"``, or ``None`` without a number."""
+        if self.number is None:
+            return None
+        if self.kind == "equation":
+            return f"({self.number})"
+        return f"{KIND_NAMES.get(self.kind, self.kind.capitalize())} {self.number}"
+
+
+def _yaml_options(lines: list[str], start: int) -> tuple[dict, int]:
+    """A directive's options (``:key: value`` lines or a ``---`` YAML block) from ``start``;
+    return them and the index of the first body line."""
+    import yaml
+
+    if start < len(lines) and lines[start].strip() == "---":
+        end = next((j for j in range(start + 1, len(lines)) if lines[j].strip() == "---"), None)
+        if end is not None:
+            return yaml.safe_load("\n".join(lines[start + 1:end])) or {}, end + 1
+    options, i = {}, start
+    while i < len(lines) and OPTION.match(lines[i]):
+        key, value = OPTION.match(lines[i]).groups()
+        options[key] = value.strip()
+        i += 1
+    return options, i
+
+
+def _closing(lines: list[str], start: int, fence: str) -> int:
+    """Index of the line that closes a fence opened with ``fence`` (or ``len(lines)``)."""
+    close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+    return next((j for j in range(start, len(lines)) if close.match(lines[j])), len(lines))
+
+
+class LabelIndex:
+    """Every label of the book (``(label)=`` before a heading, ``:label:`` / ``:name:`` of a
+    directive, figures' ``name`` in code-cell metadata, ``$$ (label)`` equations) with the
+    number the built book shows.
+
+    Numbers follow Sphinx's ``numfig``: one counter per kind (figure, equation, exercise and
+    each ``prf`` kind) and per chapter number, so a numbered chapter counts from 1 ("Fig. 4.2")
+    and the unnumbered pages share one running counter in table-of-contents order
+    ("Lemma 3", "(18)"). Only labelled equations are numbered; ``:nonumber:`` items are not.
+    """
+
+    def __init__(self, book: Path = ROOT / "book", root: Path = ROOT):
+        self.targets: dict[str, Target] = {}
+        self.page_titles: dict[str, str] = {}
+        self.chapters: dict[str, int | None] = {}
+        counters: dict[tuple[str, int | None], int] = {}
+        for stem, chapter in toc_pages(root):
+            path = book / f"{stem}.md"
+            if not path.exists():
+                continue
+            self.chapters[stem] = chapter
+            self._scan(stem, chapter, path.read_text(encoding="utf-8"), counters)
+
+    def _add(self, label: str, target: Target, counters: dict, chapter: int | None, number: bool) -> None:
+        if number:
+            key = (target.kind, chapter)
+            counters[key] = counters.get(key, 0) + 1
+            target.number = (f"{chapter}." if chapter is not None else "") + str(counters[key])
+        if target.anchor is None:
+            target.anchor = _norm_id(label)
+        self.targets[label] = target
+
+    def _scan(self, stem: str, chapter: int | None, text: str, counters: dict) -> None:
+        nb = jupytext.reads(text, fmt="md:myst")
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                figure = cell.metadata.get("mystnb", {}).get("figure", {})
+                if figure.get("name"):
+                    target = Target(stem, "figure", _first_words(str(figure.get("caption", ""))))
+                    self._add(figure["name"], target, counters, chapter, True)
+            elif cell.cell_type == "markdown":
+                self._scan_markdown(stem, chapter, cell.source.splitlines(), counters)
+
+    def _scan_markdown(self, stem: str, chapter: int | None, lines: list[str], counters: dict) -> None:
+        i, pending = 0, None
+        while i < len(lines):
+            line = lines[i]
+            label = LABEL_LINE.match(line)
+            heading = HEADING.match(line.strip())
+            directive = DIRECTIVE.match(line)
+            code = CODE_FENCE.match(line) if not directive else None
+            equation = LABELLED_EQ.match(line)
+            if label:
+                pending = label.group(1)
+            elif heading:
+                title = heading.group(2)
+                if len(heading.group(1)) == 1 and stem not in self.page_titles:
+                    self.page_titles[stem] = title
+                if pending:
+                    self._add(pending, Target(stem, "section", title), counters, chapter, False)
+                pending = None
+            elif equation:
+                self._add(equation.group("label"), Target(stem, "equation", anchor=f"equation-{_norm_id(equation.group('label'))}"),
+                          counters, chapter, True)
+            elif directive:
+                name, arg = directive.group("name"), directive.group("arg")
+                options, body = _yaml_options(lines, i + 1)
+                label = options.get("label") or options.get("name")
+                kind = name.split(":", 1)[1] if name.startswith("prf:") else name
+                if name == "math":
+                    kind = "equation"
+                if label and name not in ("prf:proof",) and not name.startswith("solution"):
+                    numbered = kind in ("equation", "figure", "table", "exercise") or name.startswith("prf:")
+                    anchor = f"equation-{_norm_id(label)}" if kind == "equation" else None
+                    title = arg if kind != "figure" else _first_words(arg)
+                    self._add(label, Target(stem, kind, title, anchor=anchor), counters, chapter,
+                              numbered and "nonumber" not in options)
+                elif pending and not label:  # a label line just above a directive
+                    self._add(pending, Target(stem, "section", arg), counters, chapter, False)
+                pending = None
+                end = _closing(lines, i + 1, directive.group("fence"))
+                indent = directive.group("indent")
+                # the body: nested directives and equations
+                self._scan_markdown(stem, chapter, [b[len(indent):] for b in lines[body:end]], counters)
+                i = end + 1
+                continue
+            elif code:
+                i = _closing(lines, i + 1, code.group("fence")) + 1
+                continue
+            elif line.strip():
+                pending = None
+            i += 1
+
+
+class MystToMarkdown:
+    """Render a chapter's MyST markup as Markdown that classic Jupyter, JupyterLab and Colab
+    show as it reads in the book.
+
+    * ``{ref}`label``` / ``{ref}`text <label>``` become the target's title (or the text), a
+      link to the rendered page when ``book_url`` is given, else in italics;
+    * ``{numref}``, ``{prf:ref}`` and ``{eq}`` become the number the book shows ("Fig. 4.1",
+      "Theorem 3.2", "(4.1)"), followed by the page's title when the target is on another,
+      unnumbered page;
+    * ``{cite:t}`` becomes "Author (year)" and ``{cite}`` / ``{cite:p}`` "(Author, year)",
+      with the ``citetag`` of ``book/_ext/bib_author_year.py`` after the year;
+    * ``{glue:text}`name:format``` becomes ``name`` in code font: the value is computed by
+      the notebook's cells and kept in ``GLUED``;
+    * directives become Markdown: admonitions and dropdowns a bold title over a blockquote,
+      ``prf`` blocks and exercises "**Theorem 3.1 (title).**" over a blockquote, solutions a
+      heading line, ``{math}`` and ``$$ (label)`` display maths with ``\\tag``, figures an
+      image with its caption, ``literalinclude`` the included source.
+    """
+
+    def __init__(self, index: LabelIndex | None = None, bib: Path = ROOT / "references.bib",
+                 book_url: str = "", root: Path = ROOT):
+        self.index = index or LabelIndex()
+        self.book_url = book_url.rstrip("/")
+        self.root = root
+        self.cites = _citations(bib)
+        self.page = ""
+
+    # -- inline roles ---------------------------------------------------------------------
+    def _target(self, label: str) -> Target:
+        target = self.index.targets.get(label)
+        if target is None:
+            raise ValueError(f"unknown label {label!r} on page {self.page!r}")
+        return target
+
+    def _link(self, text: str, target: Target, *, emphasis: bool) -> str:
+        if self.book_url:
+            anchor = "" if target.kind == "section" and target.title == self.index.page_titles.get(target.page) else f"#{target.anchor}"
+            return f"[{text}]({self.book_url}/book/{target.page}.html{anchor})"
+        return f"*{text}*" if emphasis else text
+
+    def _numbered(self, label: str, explicit: str | None) -> str:
+        target = self._target(label)
+        shown = target.numbered()
+        if explicit:
+            text = explicit.replace("%s", target.number or "").replace("{number}", target.number or "")
+            text = text.replace("{name}", target.title)
+        elif shown:
+            text = shown
+            if self.index.chapters.get(target.page) is None and target.page != self.page:
+                text += f" in *{self.index.page_titles.get(target.page, target.page)}*"
+        else:
+            text = target.title or label
+        return self._link(text, target, emphasis=False)
+
+    def role(self, name: str, body: str) -> str:
+        """The Markdown for one role ``{name}`body```."""
+        explicit = EXPLICIT.match(body)
+        text, label = (explicit.group("text"), explicit.group("label")) if explicit else (None, body.strip())
+        if name.startswith("glue"):
+            return f"`{body.split(':', 1)[0].strip()}`"
+        if name == "ref":
+            target = self._target(label)
+            return self._link(text or target.title or target.numbered() or label, target, emphasis=True)
+        if name in ("numref", "prf:ref", "eq"):
+            return self._numbered(label, text)
+        if name == "doc":
+            stem = Path(label).name
+            title = text or self.index.page_titles.get(stem, stem)
+            return self._link(title, Target(stem, "section", title, anchor=""), emphasis=True)
+        if name in ("cite", "cite:p", "cite:t", "cite:ps", "cite:ts"):
+            keys = [k.strip() for k in body.split(",") if k.strip()]
+            missing = [k for k in keys if k not in self.cites]
+            if missing:
+                raise ValueError(f"unknown citation key {missing[0]!r} on page {self.page!r}")
+            if name.startswith("cite:t"):
+                return "; ".join(f"{self.cites[k][0]} ({self.cites[k][1]})" for k in keys)
+            return "(" + "; ".join(f"{self.cites[k][0]}, {self.cites[k][1]}" for k in keys) + ")"
+        if name == "math":
+            return f"${body}$"
+        if name == "pagetime":
+            return render_pagetimes(f"{{pagetime}}`{body}`")
+        raise ValueError(f"no Markdown rendering for the role {{{name}}} on page {self.page!r}")
+
+    def inline(self, text: str) -> str:
+        return ROLE.sub(lambda m: self.role(m.group("name"), m.group("body")), text)
+
+    # -- blocks -----------------------------------------------------------------------------
+    def convert(self, text: str, page: str) -> str:
+        """``text`` (one markdown cell of ``page``) as plain Markdown."""
+        self.page = page
+        out = "\n".join(self._blocks(text.splitlines()))
+        return re.sub(r"\n{3,}", "\n\n", out).strip("\n")
+
+    def _blocks(self, lines: list[str]) -> list[str]:
+        out: list[str] = []
+        text: list[str] = []  # a run of plain lines: a role may span a line break
+
+        def flush() -> None:
+            if text:
+                out.extend(self.inline("\n".join(text)).split("\n"))
+                text.clear()
+
+        i = 0
+        while i < len(lines):
+            if not (LABEL_LINE.match(lines[i]) or LABELLED_EQ.match(lines[i])
+                    or DIRECTIVE.match(lines[i]) or CODE_FENCE.match(lines[i])):
+                text.append(lines[i])
+                i += 1
+                continue
+            flush()
+            line = lines[i]
+            directive = DIRECTIVE.match(line)
+            code = CODE_FENCE.match(line) if not directive else None
+            equation = LABELLED_EQ.match(line)
+            if LABEL_LINE.match(line):
+                i += 1
+            elif equation:
+                target = self._target(equation.group("label"))
+                indent = equation.group("indent")
+                if target.number:
+                    out.append(f"{indent}\\tag{{{target.number}}}")
+                out.append(f"{indent}$$")
+                i += 1
+            elif code:
+                end = _closing(lines, i + 1, code.group("fence"))
+                out.extend(lines[i:end + 1])
+                i = end + 1
+            elif directive:
+                end = _closing(lines, i + 1, directive.group("fence"))
+                options, body_start = _yaml_options(lines, i + 1)
+                indent = directive.group("indent")
+                body = [b[len(indent):] if b.startswith(indent) else b.lstrip() for b in lines[body_start:end]]
+                rendered = self._directive(directive.group("name"), directive.group("arg"), options, body)
+                out.extend(indent + r if r else "" for r in rendered)
+                i = end + 1
+        flush()
+        return out
+
+    def _quote(self, head: str, body: list[str]) -> list[str]:
+        inner = self._blocks(body)
+        while inner and not inner[0].strip():
+            inner.pop(0)
+        lines = [head] + ([""] if inner else []) + inner
+        return [""] + [f"> {x}" if x.strip() else ">" for x in lines] + [""]
+
+    def _directive(self, name: str, arg: str, options: dict, body: list[str]) -> list[str]:
+        arg = self.inline(arg)
+        label = options.get("label") or options.get("name")
+        if name == "admonition" or name in ADMONITIONS:
+            title = arg or name.capitalize()
+            return self._quote(f"**{title}**", body)
+        if name == "prf:proof":
+            return self._quote("*Proof.*", body)
+        if name.startswith("prf:") or name == "exercise":
+            kind = name.split(":", 1)[-1]
+            target = self.index.targets.get(label) if label else None
+            head = (target.numbered() if target else None) or KIND_NAMES.get(kind, kind.capitalize())
+            return self._quote(f"**{head}" + (f" ({arg})" if arg else "") + ".**", body)
+        if name == "solution-start":
+            target = self.index.targets.get(arg.strip())
+            of = f" to {target.numbered()}" if target and target.numbered() else ""
+            return ["", f"**Solution{of}.**", ""] + self._blocks(body)
+        if name == "solution-end":
+            return ["", "*End of the solution.*", ""]
+        if name == "math":
+            target = self.index.targets.get(label) if label else None
+            tag = [f"\\tag{{{target.number}}}"] if target and target.number else []
+            return ["", "$$"] + body + tag + ["$$", ""]
+        if name == "figure":
+            target = self.index.targets.get(label) if label else None
+            caption = " ".join(self._blocks(body)).strip()
+            number = f"{target.numbered()}: " if target and target.numbered() else ""
+            return ["", f"![{caption}]({arg})", "", f"*{number}{caption}*", ""]
+        if name == "literalinclude":
+            return ["", f"```{options.get('language', 'python')}", *self._include(arg, options), "```", ""]
+        if name in ("code-block", "code", "sourcecode"):
+            return ["", f"```{arg}", *body, "```", ""]
+        raise ValueError(f"no Markdown rendering for the directive {{{name}}} on page {self.page!r}")
+
+    def _include(self, arg: str, options: dict) -> list[str]:
+        """The lines a ``literalinclude`` shows (a ``pyobject`` or the whole file)."""
+        path = (self.root / "book" / arg).resolve()
+        source = path.read_text(encoding="utf-8")
+        obj = options.get("pyobject")
+        if not obj:
+            return source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == obj:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                return source.splitlines()[first - 1:node.end_lineno]
+        raise ValueError(f"no {obj!r} in {arg} (literalinclude on page {self.page!r})")
+
+
+def _citations(bib: Path) -> dict[str, tuple[str, str]]:
+    """``key -> (authors, year)`` as the book cites them: one author "Li", two "Řehůřek and
+    Sojka", more "Li et al."; the year followed by the entry's ``citetag`` ("2023, slides").
+    ``ValueError`` naming the keys when two entries would cite alike (no ``citetag``)."""
+    from pybtex.database import parse_file
+    from pybtex.richtext import Text
+
+    out = {}
+    for key, entry in parse_file(str(bib)).entries.items():
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        last = [Text.from_latex(" ".join(p.prelast_names + p.last_names)).render_as("text") for p in people]
+        if len(last) == 1:
+            who = last[0]
+        elif len(last) == 2:
+            who = f"{last[0]} and {last[1]}"
+        elif last:
+            who = f"{last[0]} et al."
+        else:
+            who = Text.from_latex(entry.fields.get("title", key)).render_as("text")
+        year = entry.fields.get("year", "n.d.")
+        tag = entry.fields.get("citetag")
+        out[key] = (who, f"{year}, {tag}" if tag else year)
+    seen: dict[tuple[str, str], str] = {}
+    for key, cited in out.items():
+        if cited in seen:  # the book tells them apart by a label letter; give them citetags
+            raise ValueError(f"citations {seen[cited]!r} and {key!r} both read {cited[0]} ({cited[1]});"
+                             " give them a citetag field in references.bib")
+        seen[cited] = key
+    return out
+
+
 def _is_install_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and "%pip install" in cell.source and "topicmech" in cell.source
 
 
-def make_portable(nb: nbformat.NotebookNode, version: str) -> nbformat.NotebookNode:
-    """Pin the install cell to ``version`` (adding one if missing) and make ``glue`` optional."""
+GLUE_PLACEHOLDER = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
+GLUE_NOTE = (
+    "> **Reading this notebook outside the book.** A number that the text shows in code font,"
+    " such as `{name}`, is computed by the code cells: once they have run, `GLUED[\"{name}\"]`"
+    " holds it. Titles in italics name the book's pages and sections; numbers such as"
+    " \"Fig. 4.1\" or \"Theorem 3.1\" are the book's."
+)
+#: Appended to the install cell: the dict that tm.glue_values fills outside Jupyter Book.
+GLUED_IMPORT = (
+    "# the numbers the text shows as `name`, by name, once the cells below have run\n"
+    "from topicmech.notebook import GLUED"
+)
+
+
+def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
+                  markdown: MystToMarkdown | None = None) -> nbformat.NotebookNode:
+    """Pin the install cell to ``version`` (adding one if missing), make ``glue`` optional,
+    and, when ``markdown`` is given, render the MyST markup of the markdown cells of ``page``
+    as plain Markdown, with a note on the glued numbers after the first cell."""
     install = [c for c in nb.cells if _is_install_cell(c)]
+    source = install_source(version) + ("\n" + GLUED_IMPORT if markdown is not None else "")
     for cell in install:
-        cell.source = install_source(version)
+        cell.source = source
     if not install:
         first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
-        cell = nbformat.v4.new_code_cell(install_source(version))
+        cell = nbformat.v4.new_code_cell(source)
         cell.metadata["tags"] = ["remove-cell"]
         nb.cells.insert(first_code, cell)
+    glued = [m.group(1).strip() for c in nb.cells if c.cell_type == "markdown"
+             for m in GLUE_PLACEHOLDER.finditer(c.source)]
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = render_pagetimes(cell.source)
+            if markdown is not None:
+                cell.source = markdown.convert(cell.source, page)
         if cell.cell_type == "code" and GLUE_IMPORT.search(cell.source):
             cell.source = GLUE_IMPORT.sub(
                 lambda m: "\n".join(m.group(1) + line if line else line for line in GLUE_FALLBACK.splitlines()),
                 cell.source)
+    if markdown is not None and glued:
+        first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+        nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(GLUE_NOTE.format(name=glued[0])))
     return nb
 
 
@@ -195,7 +634,7 @@ def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, i
     return nb, removed
 
 
-def export(out: Path, strip: bool, book: Path = ROOT / "book") -> list[Path]:
+def export(out: Path, strip: bool, book: Path = ROOT / "book", book_url: str = "") -> list[Path]:
     """Write one ``.ipynb`` per chapter into ``out``; return the written paths."""
     out.mkdir(parents=True, exist_ok=True)
     for stem, why in EXCLUDED.items():  # drop stale copies of pages that are not exported
@@ -204,13 +643,14 @@ def export(out: Path, strip: bool, book: Path = ROOT / "book") -> list[Path]:
             stale.unlink()
             print(f"removed {stale} (not exported: it {why})")
     version = package_version()
+    markdown = MystToMarkdown(LabelIndex(book), book_url=book_url)
     written = []
     for src in chapter_sources(book):
         nb = jupytext.read(src)
         if strip:
             nb, n = strip_solutions(nb)
             print(f"{src.name}: removed {n} solution(s)")
-        nb = make_portable(nb, version)
+        nb = make_portable(nb, version, src.stem, markdown)
         for i, cell in enumerate(nb.cells):  # stable ids: regenerating gives identical files
             cell.id = f"{src.stem}-{i:03d}"
         nb.metadata.pop("jupytext", None)
@@ -226,8 +666,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--strip-solutions", action="store_true", help="students' edition")
+    parser.add_argument("--book-url", default="",
+                        help="base URL of the rendered book: references become links to its pages")
     args = parser.parse_args(argv)
-    paths = export(args.out, args.strip_solutions)
+    paths = export(args.out, args.strip_solutions, book_url=args.book_url)
     print(f"wrote {len(paths)} notebooks to {args.out}")
     return 0
 

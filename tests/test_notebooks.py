@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -86,3 +87,86 @@ def test_an_exported_notebook_runs(tmp_path: Path) -> None:
     nb = nbformat.read(tmp_path / "01_topic_models.ipynb", as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "book")}}).execute()
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+RAW_ROLE = re.compile(r"\{[a-z][\w:-]*\}`")
+RAW_FENCE = re.compile(r"^[ \t>]*(`{3,}|:{3,})\{|^[ \t>]*:{3,}[ \t]*$|^[ \t>]*\([^()\s]+\)=[ \t]*$", re.M)
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["full", "students"])
+def test_exported_markdown_has_no_myst_markup(strip: bool, tmp_path: Path) -> None:
+    """Classic Jupyter and Colab show MyST roles, directive fences and labels verbatim."""
+    for path in make_notebooks.export(tmp_path, strip=strip):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            role, fence = RAW_ROLE.search(cell.source), RAW_FENCE.search(cell.source)
+            assert role is None, f"{path.name}: raw role {cell.source[role.start():role.start() + 60]!r}"
+            assert fence is None, f"{path.name}: raw MyST {fence.group(0)!r}"
+            assert "$$ (" not in cell.source, f"{path.name}: an equation label is left"
+
+
+# what the built book shows for these labels (read off the HTML of a full build)
+BOOK_NUMBERS = {
+    "fig-sample-docs": "Fig. 1.1", "fig-alpha": "Fig. 1.3", "ex-polysemy": "Exercise 1.3",
+    "thm-value-authors": "Theorem 4.1", "thm-value-block": "Theorem 4.2",
+    "prop-value-closed-forms": "Proposition 4.1", "fig-value-ce-boost": "Fig. 4.6",
+    "eq-value-weighted-gap": "(4.1)", "ex-value-keep": "Exercise 4.2",
+    # unnumbered pages share one counter per kind, in table-of-contents order
+    "eq-authors-band": "(2)", "eq-value-loss": "(3)", "eq-value-centred": "(18)",
+    "lem-value-sigma-pd": "Lemma 1", "lem-value-bias": "Lemma 6",
+}
+
+
+def test_references_are_numbered_as_in_the_book() -> None:
+    index = make_notebooks.LabelIndex()
+    for label, shown in BOOK_NUMBERS.items():
+        assert index.targets[label].numbered() == shown, label
+    # chapter numbers run on across the numbered parts (the reproduction page is chapter 10)
+    chapters = dict(make_notebooks.toc_pages())
+    assert chapters["01_topic_models"] == 1 and chapters["reproduction"] == 10
+    assert chapters["appendix_value"] is None
+
+
+def test_roles_render_as_readable_markdown() -> None:
+    md = make_notebooks.MystToMarkdown()
+    text = ("See {numref}`fig-value-ce-boost`, {prf:ref}`thm-value-authors`, {eq}`eq-value-loss`,\n"
+            "{ref}`the stage-1 chapter <ch-value-matrix>`, {ref}`ch-topic-models`, {cite:t}`li2023slides`,\n"
+            "{cite:p}`li2023transformers,blei2003lda` and {glue:text}`vm_T:d`.")
+    out = md.convert(text, "04_value_matrix")
+    assert out == (
+        "See Fig. 4.6, Theorem 4.1, (3) in *Appendix: the stage-1 value matrix, derived*,\n"
+        "*the stage-1 chapter*, *Topic models as a sandbox*, Li (2023, slides),\n"
+        "(Li et al., 2023, paper; Blei et al., 2003) and `vm_T`.")
+    linked = make_notebooks.MystToMarkdown(book_url="https://example.org/book/")
+    assert linked.convert("{ref}`sec-vm-bias`", "01_topic_models") == (
+        "[The authors' logit bias](https://example.org/book/book/04_value_matrix.html#sec-vm-bias)")
+
+
+def test_directives_render_as_readable_markdown() -> None:
+    md = make_notebooks.MystToMarkdown()
+    text = ("::::{prf:theorem} Stage 1 (ours)\n:label: thm-value-block\n\nBody with\n\n"
+            "$$\nx\n$$ (eq-value-weighted-gap)\n::::\n\n"
+            "```{admonition} Watch out\n:class: tip\nText.\n```")
+    out = md.convert(text, "04_value_matrix")
+    assert out.startswith("> **Theorem 4.2 (Stage 1 (ours)).**\n>\n> Body with\n")
+    assert "> x\n> \\tag{4.1}\n> $$" in out
+    assert out.endswith("> **Watch out**\n>\n> Text.")
+    with pytest.raises(ValueError, match="nowhere"):
+        md.convert("{ref}`nowhere`", "04_value_matrix")
+
+
+def test_exported_notebook_explains_the_glued_names(tmp_path: Path) -> None:
+    make_notebooks.export(tmp_path, strip=False)
+    nb = nbformat.read(tmp_path / "04_value_matrix.ipynb", as_version=4)
+    assert nb.cells[1].cell_type == "markdown" and "GLUED[" in nb.cells[1].source
+    assert any("from topicmech.notebook import GLUED" in c.source for c in nb.cells if c.cell_type == "code")
+
+
+def test_citations_that_would_read_alike_are_an_error(tmp_path: Path) -> None:
+    bib = tmp_path / "refs.bib"
+    bib.write_text("@misc{a, author = {Li, Yuchen}, year = {2023}}\n"
+                   "@misc{b, author = {Li, Yuchen}, year = {2023}}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="'a' and 'b'"):
+        make_notebooks._citations(bib)

@@ -243,3 +243,13 @@ def test_glue_values_without_myst_nb_keeps_the_values(monkeypatch):
     monkeypatch.setattr(notebook, "GLUED", {})
     glue_values({"gap": np.float64(0.25)})
     assert notebook.GLUED == {"gap": 0.25}
+
+
+def test_glue_values_keeps_the_values_with_myst_nb_too(monkeypatch):
+    """An exported notebook run where myst_nb is installed still finds the values in GLUED."""
+    from topicmech import notebook
+
+    pytest.importorskip("myst_nb")
+    monkeypatch.setattr(notebook, "GLUED", {})
+    glue_values({"n_seeds": np.int64(3)})
+    assert notebook.GLUED == {"n_seeds": 3}

@@ -18,7 +18,8 @@ from .utils import Mode, check_positive_int, run_mode, seed_everything
 
 __all__ = ["setup_notebook", "glue_values", "GLUED"]
 
-#: What :func:`glue_values` glued where ``myst_nb`` is not installed (an exported notebook), by name.
+#: What :func:`glue_values` glued, by name (with or without ``myst_nb``): in an exported notebook,
+#: the values behind the numbers its text shows as their names.
 GLUED: dict[str, Any] = {}
 
 
@@ -44,7 +45,9 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
 
 def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | None = None) -> None:
     """Glue every entry of ``values`` for the page's ``{glue:text}`name:format``` roles, in order:
-    ``myst_nb.glue(name, value, display=False)`` for each (without ``myst_nb``, into :data:`GLUED`).
+    ``myst_nb.glue(name, value, display=False)`` for each when ``myst_nb`` is installed, and
+    always into :data:`GLUED` (an exported notebook shows the glued numbers as their names and
+    tells the reader to look them up there).
 
     Each value first goes through ``convert`` when given (``convert=float`` glues exactly what
     ``glue(name, float(value), display=False)`` would); then a NumPy scalar, a 0-d array or a
@@ -58,10 +61,10 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
     """
     try:
         from myst_nb import glue  # the book's notebook layer, not a dependency of the package
-    except ImportError:  # an exported notebook outside Jupyter Book: keep the values in GLUED
+    except ImportError:  # an exported notebook outside Jupyter Book: GLUED alone
 
         def glue(name: str, value: Any, display: bool = False) -> None:
-            GLUED[name] = value
+            pass
 
     if not isinstance(values, Mapping):
         raise ValueError(f"values must be a mapping of names to numbers, got {type(values).__name__}")
@@ -77,3 +80,4 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
         if not isinstance(value, (int, float, str)):
             raise ValueError(f"values[{name!r}] must be a number, a bool or a string, got {type(value).__name__}")
         glue(name, value, display=False)
+        GLUED[name] = value
