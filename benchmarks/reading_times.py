@@ -110,8 +110,8 @@ LECTURES = [
     ("12", "07_beyond", None),
     ("13", "08_real_text", ("(opening)", "The text, the topics", "(a) Token",
                             "(b) Attention")),
-    ("14", "08_real_text", ("The same probe", "The authors' metric", "What transfers",
-                            "Summary")),
+    ("14", "08_real_text", ("The same probe", "The authors' metric", "Ten replicates",
+                            "What transfers", "Summary")),
     ("15", "09_learned_text", None),
     ("16", "reproduction", None),
 ]

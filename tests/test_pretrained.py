@@ -20,6 +20,7 @@ import topicmech.alignment as ta  # noqa: E402
 import topicmech.corpus as tc  # noqa: E402
 import topicmech.pretrained as tp  # noqa: E402
 import topicmech.word_pairs as tw  # noqa: E402
+from topicmech import results  # noqa: E402
 from topicmech.utils import is_full  # noqa: E402
 
 #: LDA seeds (and passage draws) besides the chapter's seed 0: nine in full mode, two in quick mode
@@ -643,3 +644,27 @@ def test_attention_significance_normal_and_resampled():
     np.testing.assert_array_equal(again.gap, st.gap)        # the means do not change
     assert not np.array_equal(again.boot_gap, st.boot_gap)  # the replicates do
     assert st.resampled(0, n_boot=2000).boot_gap.shape == st.boot_gap.shape
+
+
+# ------------------------------------------- chapter 8's stored replicates (results/ch8_seeds.json)
+
+
+def test_chapter8_stored_replicates_are_the_pages_measurements():
+    """The stored replicates of chapter 8: at least ten, seeds 0, 1, ..., written by
+    pretrained.chapter_replicate at the chapter's quick sizes, every metric finite on every replicate."""
+    stored = results.load("ch8_seeds")
+    assert len(stored.seeds) >= 10 and stored.seeds == list(range(len(stored.seeds)))
+    assert stored.provenance["function"] == "topicmech.pretrained:chapter_replicate"
+    assert stored.provenance["kwargs"] == {"max_docs": 100, "chunks_per_doc": 1, "am_max_docs": 60}
+    assert stored.provenance["mode"] == "quick"
+    keys = set(stored.per_seed[0]) - {"seed"}
+    assert all(set(r) - {"seed"} == keys for r in stored.per_seed)
+    assert all(np.isfinite(stored.values(k)).all() for k in keys)
+
+
+@pytest.mark.slow
+def test_chapter8_stored_replicates_match_their_function_on_the_last_seed(encoder_and_corpora):
+    """A stored replicate other than the first (which tests/test_results.py reruns), recomputed from the
+    recorded function and arguments: the file holds what the script computes."""
+    stored = results.load("ch8_seeds")
+    stored.check_rerun(results.rerun(stored, seeds=[stored.seeds[-1]]), rtol=1e-3, atol=1e-5)

