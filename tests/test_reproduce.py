@@ -342,3 +342,16 @@ def test_deep_bump_metrics_short() -> None:
         assert out[f"{name}.peak_step"] <= out[f"{name}.dip_step"] <= 20
         assert -1 <= out[f"{name}.score_cos_final"] <= 1
         assert out[f"{name}.first10"] <= out[f"{name}.stays10"]
+
+
+def test_replay_reads_attention_at_an_earlier_step_without_changing_the_run() -> None:
+    kw = {"attention": "learned", "num_train": 200, "num_dev": 80, "optimizer": "sgd", "lr": 0.03}
+    long = rp.released_code_run(steps=12, attention_at=[6], **kw)
+    plain = rp.released_code_run(steps=12, **kw)
+    short = rp.released_code_run(steps=6, **kw)
+    assert long.attention == plain.attention and np.allclose(long.norms["W_K"], plain.norms["W_K"])
+    assert long.attention_at[6] == pytest.approx(short.attention)
+    with pytest.raises(ValueError, match="attention_at"):
+        rp.released_code_run(steps=6, attention_at=[6], **kw)
+    with pytest.raises(ValueError, match="clean setting"):
+        rp.attention_table_metrics(0, setting="clean", steps=1, attention_at=[1])

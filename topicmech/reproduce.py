@@ -319,6 +319,8 @@ class ReleasedCodeRun:
     attention : dict of str to float
         :func:`authors_attention_categories` on the first 500 clean held-out documents cut to
         ``[START]`` and 99 words (``[START]`` left out of the pairs).
+    attention_at : dict of int to dict
+        The same categories read at the earlier steps asked for (``attention_at``), by step.
     """
 
     value_matrix: np.ndarray
@@ -329,13 +331,15 @@ class ReleasedCodeRun:
     train_loss: np.ndarray
     attention: dict[str, float]
     model: OneLayerTransformer = field(repr=False)
+    attention_at: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, seed: int = 0,
                       optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
                       zero_init_noise: float | None = None, embedding_block: bool = True,
                       loss: Literal["cross_entropy", "squared"] = "cross_entropy",
-                      num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
+                      num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40,
+                      attention_at: Sequence[int] = ()) -> ReleasedCodeRun:
     """Replay the released code's training path with the core model and training loop.
 
     One-hot inputs through the embedding block (a token-type vector and a LayerNorm, both
@@ -363,6 +367,9 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
         to match its step size).
     seed : int
         Seeds the corpora, the masks, the initialisation and the batch order.
+    attention_at : sequence of int
+        Earlier steps (each below ``steps``) at which the attention categories are read too,
+        on the same documents (``ReleasedCodeRun.attention_at``); the run itself is unchanged.
     """
     check_choice("attention", attention, ("uniform", "learned"))
     check_choice("loss", loss, ("cross_entropy", "squared"))
@@ -381,23 +388,43 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                                 init="torch" if zero_init_noise is None else "uniform",
                                 init_scale=0.0 if zero_init_noise is None else zero_init_noise,
                                 pad_id=RELEASED_IDS["PAD"], seed=model_seed)
+    horizons = sorted({check_positive_int("attention_at", h) for h in attention_at})
+    if horizons and horizons[-1] >= steps:
+        raise ValueError(f"attention_at must lie below steps={steps}, got {list(attention_at)!r}")
+    clean = dev[:500, :100]                                                        # [START] + 99 words
+
+    def categories(m: OneLayerTransformer) -> dict[str, float]:
+        pattern = m.attention_pattern(clean)[:, 1:, 1:]                            # words only
+        return authors_attention_categories(pattern, clean[:, 1:], authors_lda().topic_of_word)
+
     probes = {name: (lambda m, name=name: float(getattr(m, name).norm())) for name in ("W_K", "W_Q", "W_V")}
+    read: dict[int, dict[str, float]] = {}
+    if horizons:
+        calls = iter(range(steps + 1))                    # probe_every=1: the k-th call is step k
+
+        def read_attention(m: OneLayerTransformer) -> int:
+            step = next(calls)
+            if step in horizons:
+                read[step] = categories(m)
+            return step
+        probes["step"] = read_attention
     hist = train(model, tokens, steps=steps, batch_size=check_positive_int("batch_size", batch_size),
                  loss=loss, optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
                  seed=batch_seed, probes=probes, probe_every=1)
+    if horizons and list(hist.probe("step")) != list(hist.probe_step):
+        raise RuntimeError("the attention read-out lost count of the steps")
+    probes.pop("step", None)
     with torch.no_grad():
         dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
                                           dev_selected[i:i + batch_size], loss))
                       for i in range(0, len(dev), batch_size)]
-        clean = dev[:500, :100]                                                    # [START] + 99 words
-        pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
-        cats = authors_attention_categories(pattern, clean[:, 1:], authors_lda().topic_of_word)
+        cats = categories(model)
         words = slice(0, 100)
         value = model.W_V.detach()[words, words].double().numpy()
         effective = model.effective_value_matrix().detach()[words, words].double().numpy()
     return ReleasedCodeRun(value_matrix=value, effective_value_matrix=effective, dev_loss=float(np.mean(dev_losses)),
                            steps=np.asarray(hist.probe_step), norms={k: hist.probe(k) for k in probes},
-                           train_loss=np.asarray(hist.loss), attention=cats, model=model)
+                           train_loss=np.asarray(hist.loss), attention=cats, model=model, attention_at=read)
 
 
 #: The (optimizer, learning rate) rows of the authors' attention table, in their order.
@@ -443,8 +470,9 @@ def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"]
 
 
 def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
-                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3,
-                            loss: Literal["cross_entropy", "squared"] = "cross_entropy") -> dict:
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float | None = 1e-3,
+                            loss: Literal["cross_entropy", "squared"] = "cross_entropy",
+                            attention_at: Sequence[int] = ()) -> dict:
     """The authors' attention table and norm curves in one of three settings, one seed, every
     row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
     the same seed whatever the others are, so a subset reruns to the same numbers).
@@ -456,11 +484,20 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
     never rises) and curves every 10 steps. ``loss="squared"`` trains the replays with the
     released code's ``no_softmax`` switch (the clean setting only with cross-entropy).
+    ``zero_init_noise=None`` starts the replays from PyTorch's default initialisation (the
+    released code without ``zero_init_attn``). ``attention_at``: earlier steps at which the
+    replays' attention categories are read too (``"<prefix><category>_at_<step>"``); those at or
+    beyond ``steps`` are skipped, so a shortened rerun keeps the same keys it can compute.
     """
     check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
     check_choice("loss", loss, ("cross_entropy", "squared"))
     if setting == "clean" and loss != "cross_entropy":
         raise ValueError(f"the clean setting trains with cross-entropy, got loss={loss!r}")
+    if setting == "clean" and (zero_init_noise != 1e-3 or attention_at):
+        raise ValueError("the clean setting has its own Gaussian initialisation and reads attention "
+                         f"at the end only, got zero_init_noise={zero_init_noise!r}, "
+                         f"attention_at={list(attention_at)!r}")
+    early = [h for h in attention_at if check_positive_int("attention_at", h) < steps]
     rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
     out: dict = {}
     if setting == "clean":
@@ -477,9 +514,11 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
         else:
             run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
                                     zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
-                                    loss=loss, num_dev=2_000)
+                                    loss=loss, num_dev=2_000, attention_at=early)
             attention, steps_read, norms = run.attention, run.steps, run.norms
             out[prefix + "dev_loss"] = run.dev_loss
+            out.update({f"{prefix}{k}_at_{h}": float(v) for h, cats in run.attention_at.items()
+                        for k, v in cats.items()})
         out.update({prefix + k: float(v) for k, v in attention.items()})
         out.update(_norm_metrics(steps_read, norms, prefix))
     return out
