@@ -143,7 +143,7 @@ AUTH = {"same_word": 0.0076, "same_topic": 0.0108, "diff_topic": 0.0069}
 
 
 def test_magnitude_verdict_rules() -> None:
-    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced: ratio (x1.00), order"
+    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced: holds direction, ratio (x1.00), order"
     far = {"same_word": 0.004, "same_topic": 0.03, "diff_topic": 0.005}
     assert rp.magnitude_verdict(far, AUTH).startswith("partly: holds direction; misses ratio (x")
     swapped = {"same_word": 0.012, "same_topic": 0.0108, "diff_topic": 0.0069}

@@ -598,7 +598,7 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     tied = not order and [k for g in groups for k in g] == [g[0] for g in strict]
     close = 1 / factor <= ratio / theirs <= factor
     if close and order:
-        return f"reproduced: ratio ({x}), order"
+        return f"reproduced: holds direction, ratio ({x}), order"
     held = ["direction"] + ([f"ratio ({x})"] if close else []) + (["order"] if order else [])
     missed = ([] if close else [f"ratio ({x})"])
     if not order:
@@ -626,7 +626,7 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     only when the start lies below that band (a level the initialisation already gives is no
     evidence); **order**; **K/Q timing**, ``kq_leave`` inside the authors' 400 to 700; **W^V
     timing**, ``v_plateau`` within ``factor`` of the authors' 400 (either way). The verdict is a
-    class, then after ``": "`` why: ``"reproduced: all five parts"``, ``"partly: holds ...;
+    class, then after ``": "`` why: ``"reproduced: holds all five parts"``, ``"partly: holds ...;
     misses ..."``, or ``"not reproduced: misses ..."`` when none holds; a level reached at
     initialisation is named ``"W^V level (no evidence: starts in the band)"``.
     """
@@ -653,7 +653,7 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     parts += [bool(order), kq_timing, v_timing]
     labels += ["order", "K/Q timing", "W^V timing"]
     if all(parts):
-        return "reproduced: all five parts"
+        return "reproduced: holds all five parts"
     held = [lab for lab, ok in zip(labels, parts) if ok]
     missed = [lab for lab, ok in zip(labels, parts) if not ok]
     if not held:
