@@ -143,20 +143,22 @@ AUTH = {"same_word": 0.0076, "same_topic": 0.0108, "diff_topic": 0.0069}
 
 
 def test_magnitude_verdict_rules() -> None:
-    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced"
+    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced: holds direction, ratio (x1.00), order"
     far = {"same_word": 0.004, "same_topic": 0.03, "diff_topic": 0.005}
-    assert rp.magnitude_verdict(far, AUTH).startswith("partly (direction; ratio x")
+    assert rp.magnitude_verdict(far, AUTH).startswith("partly: holds direction; misses ratio (x")
     swapped = {"same_word": 0.012, "same_topic": 0.0108, "diff_topic": 0.0069}
-    assert rp.magnitude_verdict(swapped, AUTH) == "partly (direction, ratio; ratio x1.00 theirs)"
+    assert rp.magnitude_verdict(swapped, AUTH) == (
+        "partly: holds direction, ratio (x1.00); misses order (word > topic > diff)")
     flat = {"same_word": 0.01, "same_topic": 0.01, "diff_topic": 0.01}
-    assert rp.magnitude_verdict(flat, AUTH) == "not reproduced"
-    assert rp.magnitude_verdict(flat, AUTH, attempted="why") == "not faithfully attempted (why)"
+    assert rp.magnitude_verdict(flat, AUTH).startswith("not reproduced: no preference")
+    assert rp.magnitude_verdict(flat, AUTH, attempted="why") == "not faithfully attempted: why"
     with pytest.raises(ValueError, match="factor"):
         rp.magnitude_verdict(flat, AUTH, factor=0.5)
     with pytest.raises(ValueError, match="ours"):
         rp.magnitude_verdict({"same_word": 1.0}, AUTH)
     # an explicit ratio overrides the one read off the means
-    assert rp.magnitude_verdict(far, AUTH, ratio=1.6) == "partly (direction, ratio; ratio x1.02 theirs)"
+    assert rp.magnitude_verdict(far, AUTH, ratio=1.6) == (
+        "partly: holds direction, ratio (x1.02); misses order (topic > diff > word)")
 
 
 def test_category_order_ties_by_overlapping_intervals() -> None:
@@ -173,28 +175,38 @@ def test_magnitude_verdict_a_tie_is_not_the_authors_order() -> None:
     ours = {"same_word": 0.0107, "same_topic": 0.0108, "diff_topic": 0.0069}
     tight = {k: (v - 1e-6, v + 1e-6) for k, v in ours.items()}
     wide = {**tight, "same_word": (0.0100, 0.0115)}
-    assert rp.magnitude_verdict(ours, AUTH, intervals=tight) == "reproduced"
+    assert rp.magnitude_verdict(ours, AUTH, intervals=tight).startswith("reproduced")
     assert rp.magnitude_verdict(ours, AUTH, intervals=wide) == (
-        "partly (direction, ratio, order tied; ratio x1.00 theirs)")
+        "partly: holds direction, ratio (x1.00); misses order (tie: word = topic > diff)")
+    # same topic tied with different topic: no direction, whatever the ratio
+    flat = {"same_word": 0.01, "same_topic": 0.0100001, "diff_topic": 0.01}
+    overlap = {k: (v - 1e-6, v + 1e-6) for k, v in flat.items()}
+    assert rp.magnitude_verdict(flat, AUTH, intervals=overlap).startswith("not reproduced: same topic")
+    # a tie prints its members in one fixed order, whichever mean is larger
+    assert rp.order_text({"same_word": 1.0, "same_topic": 2.0, "diff_topic": 1.0}) == "topic > word = diff"
 
 
 def test_stage_verdict_parts() -> None:
     near0 = {"W_V": 0.01, "W_K": 0.01, "W_Q": 0.01}
     at_level = {"W_V": 1.8, "W_K": 8.0, "W_Q": 9.0}
-    assert rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=500) == "reproduced"
-    assert rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=770) == (
-        "partly (W^V level, W^K, W^Q levels, order)")
-    # timing: the authors' window 400-700, not after it
+    kw = {"starts": near0, "ends": at_level, "order": True}
+    assert rp.stage_verdict(**kw, kq_leave=500, v_plateau=400).startswith("reproduced")
+    assert rp.stage_verdict(**kw, kq_leave=770, v_plateau=400) == (
+        "partly: holds W^V level, K/Q levels, order, W^V timing; misses K/Q timing")
+    # W^V's plateau within a factor of 1.5 of the authors' 400
+    assert rp.stage_verdict(**kw, kq_leave=500, v_plateau=50).endswith("misses W^V timing")
     far = {"W_V": 17.0, "W_K": 1.0, "W_Q": 1.0}
-    assert rp.stage_verdict(starts=near0, ends=far, order=False, kq_leave=None) == "not reproduced"
+    assert rp.stage_verdict(starts=near0, ends=far, order=False, kq_leave=None,
+                            v_plateau=None).startswith("not reproduced: misses W^V level")
     # a W^V that starts at the authors' level is no evidence; K/Q grown from 2.1 still count
     c6_start = {"W_V": 2.1, "W_K": 2.1, "W_Q": 2.1}
-    assert rp.stage_verdict(starts=c6_start, ends=at_level, order=True, kq_leave=476) == (
-        "partly (W^K, W^Q levels, order, timing; W^V level: no evidence)")
+    assert rp.stage_verdict(starts=c6_start, ends=at_level, order=True, kq_leave=476, v_plateau=50) == (
+        "partly: holds K/Q levels, order, K/Q timing; misses W^V level (no evidence: starts in the band), "
+        "W^V timing")
     with pytest.raises(ValueError, match="factor"):
-        rp.stage_verdict(starts=near0, ends=at_level, order=True, kq_leave=500, factor=0.9)
+        rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, factor=0.9)
     with pytest.raises(ValueError, match="ends"):
-        rp.stage_verdict(starts=near0, ends={"W_V": 1.0}, order=True, kq_leave=500)
+        rp.stage_verdict(starts=near0, ends={"W_V": 1.0}, order=True, kq_leave=500, v_plateau=400)
 
 
 def test_rerun_comparison_rows(monkeypatch) -> None:
@@ -342,3 +354,16 @@ def test_deep_bump_metrics_short() -> None:
         assert out[f"{name}.peak_step"] <= out[f"{name}.dip_step"] <= 20
         assert -1 <= out[f"{name}.score_cos_final"] <= 1
         assert out[f"{name}.first10"] <= out[f"{name}.stays10"]
+
+
+def test_replay_reads_attention_at_an_earlier_step_without_changing_the_run() -> None:
+    kw = {"attention": "learned", "num_train": 200, "num_dev": 80, "optimizer": "sgd", "lr": 0.03}
+    long = rp.released_code_run(steps=12, attention_at=[6], **kw)
+    plain = rp.released_code_run(steps=12, **kw)
+    short = rp.released_code_run(steps=6, **kw)
+    assert long.attention == plain.attention and np.allclose(long.norms["W_K"], plain.norms["W_K"])
+    assert long.attention_at[6] == pytest.approx(short.attention)
+    with pytest.raises(ValueError, match="attention_at"):
+        rp.released_code_run(steps=6, attention_at=[6], **kw)
+    with pytest.raises(ValueError, match="clean setting"):
+        rp.attention_table_metrics(0, setting="clean", steps=1, attention_at=[1])

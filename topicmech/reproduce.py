@@ -28,7 +28,8 @@ from .train import train
 from .utils import check_choice, check_float, check_positive_int, make_generator, seed_offset, spawn_seeds
 
 __all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
-           "released_code_run", "released_code_metrics", "magnitude_verdict", "category_order",
+           "released_code_run", "released_code_metrics", "magnitude_verdict", "category_order", "order_text",
+           "ORDER_NAMES",
            "stage_verdict", "AUTHORS_STAGES", "rerun_comparison", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
@@ -319,6 +320,8 @@ class ReleasedCodeRun:
     attention : dict of str to float
         :func:`authors_attention_categories` on the first 500 clean held-out documents cut to
         ``[START]`` and 99 words (``[START]`` left out of the pairs).
+    attention_at : dict of int to dict
+        The same categories read at the earlier steps asked for (``attention_at``), by step.
     """
 
     value_matrix: np.ndarray
@@ -329,13 +332,15 @@ class ReleasedCodeRun:
     train_loss: np.ndarray
     attention: dict[str, float]
     model: OneLayerTransformer = field(repr=False)
+    attention_at: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, seed: int = 0,
                       optimizer: Literal["sgd", "adam"] = "adam", lr: float = 0.01,
                       zero_init_noise: float | None = None, embedding_block: bool = True,
                       loss: Literal["cross_entropy", "squared"] = "cross_entropy",
-                      num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40) -> ReleasedCodeRun:
+                      num_train: int = 10_000, num_dev: int = 10_000, batch_size: int = 40,
+                      attention_at: Sequence[int] = ()) -> ReleasedCodeRun:
     """Replay the released code's training path with the core model and training loop.
 
     One-hot inputs through the embedding block (a token-type vector and a LayerNorm, both
@@ -363,6 +368,9 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
         to match its step size).
     seed : int
         Seeds the corpora, the masks, the initialisation and the batch order.
+    attention_at : sequence of int
+        Earlier steps (each below ``steps``) at which the attention categories are read too,
+        on the same documents (``ReleasedCodeRun.attention_at``); the run itself is unchanged.
     """
     check_choice("attention", attention, ("uniform", "learned"))
     check_choice("loss", loss, ("cross_entropy", "squared"))
@@ -381,23 +389,43 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
                                 init="torch" if zero_init_noise is None else "uniform",
                                 init_scale=0.0 if zero_init_noise is None else zero_init_noise,
                                 pad_id=RELEASED_IDS["PAD"], seed=model_seed)
+    horizons = sorted({check_positive_int("attention_at", h) for h in attention_at})
+    if horizons and horizons[-1] >= steps:
+        raise ValueError(f"attention_at must lie below steps={steps}, got {list(attention_at)!r}")
+    clean = dev[:500, :100]                                                        # [START] + 99 words
+
+    def categories(m: OneLayerTransformer) -> dict[str, float]:
+        pattern = m.attention_pattern(clean)[:, 1:, 1:]                            # words only
+        return authors_attention_categories(pattern, clean[:, 1:], authors_lda().topic_of_word)
+
     probes = {name: (lambda m, name=name: float(getattr(m, name).norm())) for name in ("W_K", "W_Q", "W_V")}
+    read: dict[int, dict[str, float]] = {}
+    if horizons:
+        calls = iter(range(steps + 1))                    # probe_every=1: the k-th call is step k
+
+        def read_attention(m: OneLayerTransformer) -> int:
+            step = next(calls)
+            if step in horizons:
+                read[step] = categories(m)
+            return step
+        probes["step"] = read_attention
     hist = train(model, tokens, steps=steps, batch_size=check_positive_int("batch_size", batch_size),
                  loss=loss, optimizer=optimizer, lr=lr, masks=masks, sampling="epochs",
                  seed=batch_seed, probes=probes, probe_every=1)
+    if horizons and list(hist.probe("step")) != list(hist.probe_step):
+        raise RuntimeError("the attention read-out lost count of the steps")
+    probes.pop("step", None)
     with torch.no_grad():
         dev_losses = [float(selected_loss(model, dev_inputs[i:i + batch_size], dev[i:i + batch_size],
                                           dev_selected[i:i + batch_size], loss))
                       for i in range(0, len(dev), batch_size)]
-        clean = dev[:500, :100]                                                    # [START] + 99 words
-        pattern = model.attention_pattern(clean)[:, 1:, 1:]                        # words only
-        cats = authors_attention_categories(pattern, clean[:, 1:], authors_lda().topic_of_word)
+        cats = categories(model)
         words = slice(0, 100)
         value = model.W_V.detach()[words, words].double().numpy()
         effective = model.effective_value_matrix().detach()[words, words].double().numpy()
     return ReleasedCodeRun(value_matrix=value, effective_value_matrix=effective, dev_loss=float(np.mean(dev_losses)),
                            steps=np.asarray(hist.probe_step), norms={k: hist.probe(k) for k in probes},
-                           train_loss=np.asarray(hist.loss), attention=cats, model=model)
+                           train_loss=np.asarray(hist.loss), attention=cats, model=model, attention_at=read)
 
 
 #: The (optimizer, learning rate) rows of the authors' attention table, in their order.
@@ -443,8 +471,9 @@ def released_code_metrics(seed: int, *, attention: Literal["uniform", "learned"]
 
 
 def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embedding_block", "clean"], steps: int,
-                            rows: Sequence[Sequence] | None = None, zero_init_noise: float = 1e-3,
-                            loss: Literal["cross_entropy", "squared"] = "cross_entropy") -> dict:
+                            rows: Sequence[Sequence] | None = None, zero_init_noise: float | None = 1e-3,
+                            loss: Literal["cross_entropy", "squared"] = "cross_entropy",
+                            attention_at: Sequence[int] = ()) -> dict:
     """The authors' attention table and norm curves in one of three settings, one seed, every
     row (``rows``: (optimizer, lr) pairs, default :data:`AUTHORS_ROWS`; each row is trained from
     the same seed whatever the others are, so a subset reruns to the same numbers).
@@ -456,11 +485,20 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
     never rises) and curves every 10 steps. ``loss="squared"`` trains the replays with the
     released code's ``no_softmax`` switch (the clean setting only with cross-entropy).
+    ``zero_init_noise=None`` starts the replays from PyTorch's default initialisation (the
+    released code without ``zero_init_attn``). ``attention_at``: earlier steps at which the
+    replays' attention categories are read too (``"<prefix><category>_at_<step>"``); those at or
+    beyond ``steps`` are skipped, so a shortened rerun keeps the same keys it can compute.
     """
     check_choice("setting", setting, ("replay", "no_embedding_block", "clean"))
     check_choice("loss", loss, ("cross_entropy", "squared"))
     if setting == "clean" and loss != "cross_entropy":
         raise ValueError(f"the clean setting trains with cross-entropy, got loss={loss!r}")
+    if setting == "clean" and (zero_init_noise != 1e-3 or attention_at):
+        raise ValueError("the clean setting has its own Gaussian initialisation and reads attention "
+                         f"at the end only, got zero_init_noise={zero_init_noise!r}, "
+                         f"attention_at={list(attention_at)!r}")
+    early = [h for h in attention_at if check_positive_int("attention_at", h) < steps]
     rows = AUTHORS_ROWS if rows is None else [(str(o), float(lr)) for o, lr in rows]
     out: dict = {}
     if setting == "clean":
@@ -477,9 +515,11 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
         else:
             run = released_code_run(attention="learned", steps=steps, seed=seed, optimizer=optimizer, lr=lr,
                                     zero_init_noise=zero_init_noise, embedding_block=setting == "replay",
-                                    loss=loss, num_dev=2_000)
+                                    loss=loss, num_dev=2_000, attention_at=early)
             attention, steps_read, norms = run.attention, run.steps, run.norms
             out[prefix + "dev_loss"] = run.dev_loss
+            out.update({f"{prefix}{k}_at_{h}": float(v) for h, cats in run.attention_at.items()
+                        for k, v in cats.items()})
         out.update({prefix + k: float(v) for k, v in attention.items()})
         out.update(_norm_metrics(steps_read, norms, prefix))
     return out
@@ -505,66 +545,90 @@ def category_order(means: dict[str, float], intervals: dict[str, tuple[float, fl
     return groups
 
 
+#: Short names of the three :data:`RELATIONS` for printed orders.
+ORDER_NAMES: dict[str, str] = {"same_word": "word", "same_topic": "topic", "diff_topic": "diff"}
+
+
+def order_text(means: dict[str, float], intervals: dict[str, tuple[float, float]] | None = None) -> str:
+    """:func:`category_order` printed from the largest mean down, ``">"`` between groups and
+    ``"="`` within a tie, whose members are listed in a fixed order (word, topic, diff) so that
+    one tie always prints the same way: e.g. ``"topic > word = diff"``."""
+    groups = category_order(means, intervals)
+    return " > ".join(" = ".join(ORDER_NAMES[k] for k in RELATIONS if k in g) for g in groups)
+
+
 def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
                       attempted: str | None = None, ratio: float | None = None,
                       intervals: dict[str, tuple[float, float]] | None = None) -> str:
     """The verdict on one row of the attention table, by magnitude and order.
 
-    ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). ``"reproduced"`` when
-    our same-topic / different-topic ratio lies within ``factor`` of the authors' (either way)
-    **and** the order of the three categories is theirs, each pair separated: with
-    ``intervals`` (our ``(lo, hi)`` per category), two categories whose intervals overlap are a
-    tie (:func:`category_order`), and a tie does not match the authors' strict order;
-    ``"partly (...)"`` naming what holds when same topic beats different topic as theirs does but
-    the ratio or the order misses (``"order tied"`` when the order misses by a tie only);
-    ``"not reproduced"`` when it does not; ``attempted``, a reason, gives
-    ``"not faithfully attempted (reason)"`` instead. ``ratio``, when given, is our same-topic /
-    different-topic ratio computed otherwise (the reproduction page passes the mean over seeds
-    of each seed's ratio); by default it is ``ours["same_topic"] / ours["diff_topic"]``.
+    ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). The verdict is a class,
+    then after ``": "`` why. ``"reproduced: ..."`` when our same-topic / different-topic ratio
+    lies within ``factor`` of the authors' (either way) **and** the order of the three
+    categories is theirs, each pair separated: with ``intervals`` (our ``(lo, hi)`` per
+    category), two categories whose intervals overlap are a tie (:func:`category_order`), and a
+    tie does not match the authors' strict order; ``"partly: holds ...; misses ..."`` when same
+    topic beats different topic as theirs does (with ``intervals``, theirs not overlapping) but
+    the ratio or the order misses (a missed order
+    is printed, e.g. ``"misses order (tie: topic = word > diff)"``); ``"not reproduced: ..."``
+    when our ratio is not above 1 or same topic ties with different topic; ``attempted``, a reason, gives ``"not faithfully attempted:
+    reason"`` instead. The ratio is printed as a factor of theirs (``"x1.19"``); the absolute
+    means do not enter. ``ratio``, when given, is our same-topic / different-topic ratio
+    computed otherwise (the reproduction page passes the mean over seeds of each seed's ratio);
+    by default it is ``ours["same_topic"] / ours["diff_topic"]``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor!r}")
     if attempted is not None:
-        return f"not faithfully attempted ({attempted})"
+        return f"not faithfully attempted: {attempted}"
     for name, d in (("ours", ours), ("authors", authors)):
         if set(RELATIONS) - set(d):
             raise ValueError(f"{name} must give {', '.join(RELATIONS)}, got {sorted(d)}")
     ratio = ours["same_topic"] / ours["diff_topic"] if ratio is None else check_float("ratio", ratio)
     theirs = authors["same_topic"] / authors["diff_topic"]
+    x = f"x{ratio / theirs:.2f}"
     if not (ratio > 1) == (theirs > 1) or ratio <= 1:
-        return "not reproduced"
+        return f"not reproduced: no preference for same topic (ratio {ratio:.3f}, {x})"
+    if intervals is not None and intervals["same_topic"][0] <= intervals["diff_topic"][1]:
+        return f"not reproduced: same topic and different topic tie (ratio {ratio:.3f}, {x})"
     groups = category_order(ours, intervals)
     strict = [[k] for k in sorted(RELATIONS, key=lambda k: -authors[k])]
     order = groups == strict
     tied = not order and [k for g in groups for k in g] == [g[0] for g in strict]
     close = 1 / factor <= ratio / theirs <= factor
     if close and order:
-        return "reproduced"
-    held = ["direction"] + (["ratio"] if close else []) + (["order"] if order else [])
-    tie_text = ", order tied" if tied else ""
-    return f"partly ({', '.join(held)}{tie_text}; ratio x{ratio / theirs:.2f} theirs)"
+        return f"reproduced: holds direction, ratio ({x}), order"
+    held = ["direction"] + ([f"ratio ({x})"] if close else []) + (["order"] if order else [])
+    missed = ([] if close else [f"ratio ({x})"])
+    if not order:
+        missed.append(f"order ({'tie: ' if tied else ''}{order_text(ours, intervals)})")
+    return f"partly: holds {', '.join(held)}; misses {', '.join(missed)}"
 
 
 #: The authors' two-stage figure read as levels and timing: the norms at step 1,000 (``W^V`` 1.3
-#: to 2.1, ``W^K``, ``W^Q`` 5 to 12) and the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700).
-AUTHORS_STAGES: dict[str, tuple[float, float]] = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0),
-                                                  "kq_leave": (400.0, 700.0)}
+#: to 2.1, ``W^K``, ``W^Q`` 5 to 12), the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700)
+#: and the step by which ``W^V`` plateaus (about 400).
+AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400.0, 700.0),
+                         "v_plateau": 400.0}
 
 
 def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bool,
-                  kq_leave: float | None, factor: float = 1.5) -> str:
-    """The verdict on a two-stage row, from four parts computed by one rule.
+                  kq_leave: float | None, v_plateau: float | None, factor: float = 1.5) -> str:
+    """The verdict on a two-stage row, from five parts computed by one rule.
 
     ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at
     the end; ``order``: the stage rule's order held in every seed (``W^V`` first, stages
     separate); ``kq_leave``: the mean step at which ``W^K``, ``W^Q`` leave zero (their 10%
-    mark), ``None`` when they do not move. Parts: **W^V level** and **W^K, W^Q levels**, the
-    end norms within ``factor`` of :data:`AUTHORS_STAGES` (either way), counted only when the
-    start lies below that band (a level the initialisation already gives is no evidence);
-    **order**; **timing**, ``kq_leave`` inside the authors' 400 to 700. ``"reproduced"`` when all
-    four hold, ``"partly (...)"`` naming those that hold, ``"not reproduced"`` when none does;
-    a level reached at initialisation is named ``"... no evidence"``.
+    mark), ``None`` when they do not move; ``v_plateau``: the mean step at which ``W^V``
+    plateaus (its 90% mark), ``None`` when it does not move. Parts: **W^V level** and **K/Q
+    levels**, the end norms within ``factor`` of :data:`AUTHORS_STAGES` (either way), counted
+    only when the start lies below that band (a level the initialisation already gives is no
+    evidence); **order**; **K/Q timing**, ``kq_leave`` inside the authors' 400 to 700; **W^V
+    timing**, ``v_plateau`` within ``factor`` of the authors' 400 (either way). The verdict is a
+    class, then after ``": "`` why: ``"reproduced: holds all five parts"``, ``"partly: holds ...;
+    misses ..."``, or ``"not reproduced: misses ..."`` when none holds; a level reached at
+    initialisation is named ``"W^V level (no evidence: starts in the band)"``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
@@ -572,25 +636,29 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     for name, d in (("starts", starts), ("ends", ends)):
         if {"W_V", "W_K", "W_Q"} - set(d):
             raise ValueError(f"{name} must give W_V, W_K, W_Q, got {sorted(d)}")
-    parts, no_evidence = [], []
+    parts, labels = [], []
     for label, band, names in (("W^V level", AUTHORS_STAGES["W_V"], ("W_V",)),
-                               ("W^K, W^Q levels", AUTHORS_STAGES["W_KQ"], ("W_K", "W_Q"))):
+                               ("K/Q levels", AUTHORS_STAGES["W_KQ"], ("W_K", "W_Q"))):
         lo, hi = band[0] / factor, band[1] * factor
         if any(starts[n] >= lo for n in names):
-            no_evidence.append(f"{label}: no evidence")
+            labels.append(f"{label} (no evidence: starts in the band)")
             parts.append(False)
             continue
+        labels.append(label)
         parts.append(all(lo <= ends[n] <= hi for n in names))
     lo, hi = AUTHORS_STAGES["kq_leave"]
-    timing = kq_leave is not None and lo <= kq_leave <= hi
-    parts += [bool(order), timing]
-    labels = ["W^V level", "W^K, W^Q levels", "order", "timing"]
+    kq_timing = kq_leave is not None and lo <= kq_leave <= hi
+    v_timing = v_plateau is not None and AUTHORS_STAGES["v_plateau"] / factor <= v_plateau \
+        <= AUTHORS_STAGES["v_plateau"] * factor
+    parts += [bool(order), kq_timing, v_timing]
+    labels += ["order", "K/Q timing", "W^V timing"]
     if all(parts):
-        return "reproduced"
+        return "reproduced: holds all five parts"
     held = [lab for lab, ok in zip(labels, parts) if ok]
+    missed = [lab for lab, ok in zip(labels, parts) if not ok]
     if not held:
-        return "not reproduced" + (f" ({'; '.join(no_evidence)})" if no_evidence else "")
-    return f"partly ({', '.join(held)}" + (f"; {'; '.join(no_evidence)}" if no_evidence else "") + ")"
+        return f"not reproduced: misses {', '.join(missed)}"
+    return f"partly: holds {', '.join(held)}; misses {', '.join(missed)}"
 
 
 def rerun_comparison(stored: Sequence[dict], rows: Sequence[dict], keys: Sequence[str], *,
