@@ -94,9 +94,9 @@ LECTURES = [
     Lecture("learned-text", "09_learned_text"),
     Lecture("repro-tables", "reproduction", (
         OPENING, "The authors' numbers", "The released code", "The attention table",
-        "Embeddings with", "The Wikipedia tables")),
+        "Embeddings with", "The Wikipedia tables", "Provenance")),
     Lecture("repro-stages", "reproduction", (
-        "The two stages", "Four layers", "Provenance", "Verdicts", "Summary")),
+        "The two stages", "Four layers", "Verdicts", "Summary")),
 ]
 
 
