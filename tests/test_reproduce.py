@@ -342,3 +342,16 @@ def test_deep_bump_metrics_short() -> None:
         assert out[f"{name}.peak_step"] <= out[f"{name}.dip_step"] <= 20
         assert -1 <= out[f"{name}.score_cos_final"] <= 1
         assert out[f"{name}.first10"] <= out[f"{name}.stays10"]
+
+
+def test_released_learned_run_matches_the_authors_statements_page() -> None:
+    # the constant the chapters read and the table of the book's page agree
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "authors_statements.md").read_text()
+    run = rp.RELEASED_LEARNED_RUN
+    attention = ", ".join(f"{run[k]:.5f}" for k in rp.RELATIONS)
+    assert f"same word, same topic, different topic | {attention} |" in page
+    norms = ", ".join(f"{run[f'W_{m}_at_1000']:.1f}" for m in "KQV")
+    assert f"| {norms} |" in page
+    assert f"| dev loss after 1,001 updates | {run['dev_loss']:.3f} |" in page
