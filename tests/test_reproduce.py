@@ -367,3 +367,16 @@ def test_replay_reads_attention_at_an_earlier_step_without_changing_the_run() ->
         rp.released_code_run(steps=6, attention_at=[6], **kw)
     with pytest.raises(ValueError, match="clean setting"):
         rp.attention_table_metrics(0, setting="clean", steps=1, attention_at=[1])
+
+
+def test_released_learned_run_matches_the_authors_statements_page() -> None:
+    # the constant the chapters read and the table of the book's page agree
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "authors_statements.md").read_text()
+    run = rp.RELEASED_LEARNED_RUN
+    attention = ", ".join(f"{run[k]:.5f}" for k in rp.RELATIONS)
+    assert f"same word, same topic, different topic | {attention} |" in page
+    norms = ", ".join(f"{run[f'W_{m}_at_1000']:.1f}" for m in "KQV")
+    assert f"| {norms} |" in page
+    assert f"| dev loss after 1,001 updates | {run['dev_loss']:.3f} |" in page

@@ -27,9 +27,9 @@ from .traces import reaching_step
 from .train import train
 from .utils import check_choice, check_float, check_positive_int, make_generator, seed_offset, spawn_seeds
 
-__all__ = ["RELATIONS", "RELEASED_IDS", "ReleasedCodeRun", "released_code_corpus", "released_code_masks",
-           "released_code_run", "released_code_metrics", "magnitude_verdict", "category_order", "order_text",
-           "ORDER_NAMES",
+__all__ = ["RELATIONS", "RELEASED_IDS", "RELEASED_LEARNED_RUN", "ReleasedCodeRun", "released_code_corpus",
+           "released_code_masks", "released_code_run", "released_code_metrics", "magnitude_verdict",
+           "category_order", "order_text", "ORDER_NAMES",
            "stage_verdict", "AUTHORS_STAGES", "rerun_comparison", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
@@ -247,6 +247,17 @@ def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) 
 #: The released code's special tokens in our id layout (words ``0..V-1`` in topic order first,
 #: ``[MASK]`` last, as everywhere in the package); the released code numbers them 0-3.
 RELEASED_IDS: dict[str, int] = {"PAD": 100, "START": 101, "END": 102, "MASK": 103}
+
+
+#: The book's one run of the released code itself on its learned-attention path (AdamW, weight
+#: decay 0, learning rate 0.01, its shipped data, seed 0, CPU), read at its first evaluation
+#: (after 1,001 updates) with its own inspection on unmasked dev documents: dev loss, the
+#: Frobenius norms of ``W^K``, ``W^Q``, ``W^V``, and the mean attention by relation (the
+#: released code's convention: selected positions hidden as keys). Measured once, by hand,
+#: and listed on the book's page of the authors' statements; not recomputed by the package.
+RELEASED_LEARNED_RUN: dict[str, float] = {
+    "dev_loss": 3.412, "W_K_at_1000": 114.0, "W_Q_at_1000": 20.7, "W_V_at_1000": 24.7,
+    "same_word": 0.01383, "same_topic": 0.01342, "diff_topic": 0.00579}
 
 
 def released_code_corpus(num_docs: int, seed: int | torch.Generator, *, topic_model: TopicModel | None = None,
