@@ -24,7 +24,9 @@ Jupyter Book and without the repository:
   titles in italics (links to the rendered book with ``--book-url``) or the numbers the
   book shows ("Fig. 4.1", "Theorem 3.2", "(4.1)", computed like Sphinx's ``numfig`` from
   ``_toc.yml``: :class:`LabelIndex`), citations "Author (year)", glued numbers their
-  names in code font (a note after the first cell says where the values are), directives
+  names in code font, each such cell followed by a short code cell (metadata
+  ``{"topicmech": "values"}``) that shows its numbers, ``show_values("name:format", ...)``
+  from :mod:`topicmech.notebook` (a note after the first cell says so), directives
   blockquotes under a bold title, labelled equations display maths with ``\\tag``;
 * the ``{pagetime}`page``` role of the book (``book/_ext/run_times.py``) becomes the text
   it renders, the stored run time of the page ("about 9 s on two CPU cores"), so
@@ -528,25 +530,70 @@ def _is_install_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and "%pip install" in cell.source and "topicmech" in cell.source
 
 
-GLUE_PLACEHOLDER = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
+GLUE_PLACEHOLDER = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
 GLUE_NOTE = (
     "> **Reading this notebook outside the book.** A number that the text shows in code font,"
-    " such as `{name}`, is computed by the code cells: once they have run, `GLUED[\"{name}\"]`"
-    " holds it. Titles in italics name the book's pages and sections; numbers such as"
-    " \"Fig. 4.1\" or \"Theorem 3.1\" are the book's."
+    " such as `{name}`, is computed by the code cells. The short cell after each such paragraph"
+    " shows the paragraph's numbers (`name = value`, formatted as the book shows them) once the"
+    " cells above it have run; a number computed further down reads \"not computed yet\" until"
+    " its cell has run. `GLUED[\"{name}\"]` holds each number too. Titles in italics name the"
+    " book's pages and sections; numbers such as \"Fig. 4.1\" or \"Theorem 3.1\" are the book's."
 )
-#: Appended to the install cell: the dict that tm.glue_values fills outside Jupyter Book.
+#: Appended to the install cell: the dict that tm.glue_values fills outside Jupyter Book, and
+#: the function the values cells call.
 GLUED_IMPORT = (
     "# the numbers the text shows as `name`, by name, once the cells below have run\n"
-    "from topicmech.notebook import GLUED"
+    "from topicmech.notebook import GLUED, show_values"
 )
+#: Metadata of the cells that show a paragraph's glued numbers (only in exported notebooks).
+VALUES_META = {"topicmech": "values"}
+WIDTH = 88
+
+
+def glue_specs(text: str) -> list[str]:
+    """The ``"name"`` / ``"name:format"`` of each ``{glue:text}`` role in ``text``, in order,
+    each once."""
+    specs: list[str] = []
+    for m in GLUE_PLACEHOLDER.finditer(text):
+        name, colon, fmt = m.group(1).partition(":")
+        spec = name.strip() + (colon + fmt.strip() if colon else "")
+        if spec not in specs:
+            specs.append(spec)
+    return specs
+
+
+def values_source(specs: list[str]) -> str:
+    """The values cell's code: ``show_values("a:.3f", "b")`` on one line, or wrapped with a
+    hanging indent at :data:`WIDTH` characters."""
+    args = [f'"{spec}"' for spec in specs]
+    one = f"show_values({', '.join(args)})"
+    if len(one) <= WIDTH:
+        return one
+    lines, line = [], "   "
+    for arg in args:
+        if len(line) + 1 + len(arg) + 1 > WIDTH and line.strip():
+            lines.append(line)
+            line = "   "
+        line += f" {arg},"
+    lines.append(line)
+    return "\n".join(["show_values("] + lines + [")"])
+
+
+def values_cell(specs: list[str]) -> nbformat.NotebookNode:
+    """A code cell that shows the glued numbers ``specs`` (see :func:`values_source`)."""
+    cell = nbformat.v4.new_code_cell(values_source(specs))
+    cell.metadata.update(VALUES_META)
+    return cell
 
 
 def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
                   markdown: MystToMarkdown | None = None) -> nbformat.NotebookNode:
     """Pin the install cell to ``version`` (adding one if missing), make ``glue`` optional,
     and, when ``markdown`` is given, render the MyST markup of the markdown cells of ``page``
-    as plain Markdown, with a note on the glued numbers after the first cell."""
+    as plain Markdown, with a note on the glued numbers after the first cell and, after each
+    markdown cell that names glued numbers, a values cell (:func:`values_cell`) that shows
+    them (the values cells of markdown cells above the install cell, which imports
+    ``show_values``, come right after it)."""
     install = [c for c in nb.cells if _is_install_cell(c)]
     source = install_source(version) + ("\n" + GLUED_IMPORT if markdown is not None else "")
     for cell in install:
@@ -556,8 +603,8 @@ def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
         cell = nbformat.v4.new_code_cell(source)
         cell.metadata["tags"] = ["remove-cell"]
         nb.cells.insert(first_code, cell)
-    glued = [m.group(1).strip() for c in nb.cells if c.cell_type == "markdown"
-             for m in GLUE_PLACEHOLDER.finditer(c.source)]
+    specs = {id(c): glue_specs(c.source) for c in nb.cells if c.cell_type == "markdown"}
+    glued = [spec.split(":", 1)[0] for c in nb.cells for spec in specs.get(id(c), [])]
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = render_pagetimes(cell.source)
@@ -568,6 +615,15 @@ def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
                 lambda m: "\n".join(m.group(1) + line if line else line for line in GLUE_FALLBACK.splitlines()),
                 cell.source)
     if markdown is not None and glued:
+        cells, pending, installed = [], [], False
+        for cell in nb.cells:
+            cells.append(cell)
+            if specs.get(id(cell)):
+                (cells if installed else pending).append(values_cell(specs[id(cell)]))
+            if _is_install_cell(cell) and not installed:  # show_values is imported from here on
+                installed = True
+                cells.extend(pending)
+        nb.cells = cells
         first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
         nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(GLUE_NOTE.format(name=glued[0])))
     return nb

@@ -161,7 +161,67 @@ def test_exported_notebook_explains_the_glued_names(tmp_path: Path) -> None:
     make_notebooks.export(tmp_path, strip=False)
     nb = nbformat.read(tmp_path / "04_value_matrix.ipynb", as_version=4)
     assert nb.cells[1].cell_type == "markdown" and "GLUED[" in nb.cells[1].source
-    assert any("from topicmech.notebook import GLUED" in c.source for c in nb.cells if c.cell_type == "code")
+    assert any("from topicmech.notebook import GLUED, show_values" in c.source
+               for c in nb.cells if c.cell_type == "code")
+
+
+def _values_names(cell) -> list[str]:
+    """The specs a values cell passes to ``show_values``."""
+    import ast
+
+    call = ast.parse(cell.source).body[0].value
+    assert isinstance(call, ast.Call) and call.func.id == "show_values", cell.source
+    return [arg.value for arg in call.args]
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["full", "students"])
+def test_each_paragraph_with_numbers_is_followed_by_its_values_cell(strip: bool, tmp_path: Path) -> None:
+    """After each markdown cell that names glued numbers comes a cell that shows exactly them
+    (for a markdown cell above the install cell: right after the install cell, which imports
+    ``show_values``); no other cell carries the values metadata."""
+    sources = {p.stem: p for p in CHAPTERS}
+    for path in make_notebooks.export(tmp_path, strip=strip):
+        nb = nbformat.read(path, as_version=4)
+        book = jupytext.read(sources[path.stem])
+        if strip:
+            book, _ = make_notebooks.strip_solutions(book)
+        # the exported markdown cells are the book's, in order, plus the note on the numbers
+        specs = [make_notebooks.glue_specs(c.source) for c in book.cells if c.cell_type == "markdown"]
+        note = "> **Reading this notebook outside the book.**"
+        markdown = [i for i, c in enumerate(nb.cells)
+                    if c.cell_type == "markdown" and not c.source.startswith(note)]
+        assert len(markdown) == len(specs), path.name
+        install = next(i for i, c in enumerate(nb.cells) if make_notebooks._is_install_cell(c))
+        expected_at = {}  # index of each values cell -> the specs it must show
+        deferred = install + 1
+        for i, names in zip(markdown, specs):
+            if not names:
+                continue
+            if i < install:
+                expected_at[deferred], deferred = names, deferred + 1
+            else:
+                expected_at[i + 1] = names
+            shown = set(re.findall(r"`([^`\s]+)`", nb.cells[i].source))
+            assert {s.split(":", 1)[0] for s in names} <= shown, f"{path.name}: {names}"
+        values = {i: c for i, c in enumerate(nb.cells) if c.metadata.get("topicmech") == "values"}
+        assert sorted(values) == sorted(expected_at), path.name
+        for i, cell in values.items():
+            assert cell.cell_type == "code" and "tags" not in cell.metadata
+            assert _values_names(cell) == expected_at[i], f"{path.name}, cell {i}"
+            assert max(map(len, cell.source.splitlines())) <= make_notebooks.WIDTH
+
+
+def test_values_cell_source_wraps_at_the_code_width() -> None:
+    assert make_notebooks.values_source(["a:.3f", "b"]) == 'show_values("a:.3f", "b")'
+    long = [f"name_{k}:.2f" for k in range(30)]
+    source = make_notebooks.values_source(long)
+    lines = source.splitlines()
+    assert lines[0] == "show_values(" and lines[-1] == ")"
+    assert max(map(len, lines)) <= make_notebooks.WIDTH
+    import ast
+
+    assert [a.value for a in ast.parse(source).body[0].value.args] == long
+    assert make_notebooks.glue_specs("{glue:text}`a:.2f` and {glue:text}`b`, {glue:text}`a:.2f`") == ["a:.2f", "b"]
 
 
 def test_citations_that_would_read_alike_are_an_error(tmp_path: Path) -> None:

@@ -253,3 +253,23 @@ def test_glue_values_keeps_the_values_with_myst_nb_too(monkeypatch):
     monkeypatch.setattr(notebook, "GLUED", {})
     glue_values({"n_seeds": np.int64(3)})
     assert notebook.GLUED == {"n_seeds": 3}
+
+
+def test_format_values_formats_as_the_book_and_marks_missing_names(monkeypatch, capsys):
+    """The values cells of an exported notebook: the book's format specs, and no error for a
+    name that no cell has glued yet."""
+    from topicmech import notebook
+
+    monkeypatch.setattr(notebook, "GLUED", {})
+    glue_values({"gap": np.float64(0.25), "n_docs": 12000, "order": "g_t > g_w"})
+    line = notebook.format_values("gap:.3f", "n_docs:,", "order", "later:.2f", "n_docs:.1%")
+    assert line == ("gap = 0.250; n_docs = 12,000; order = g_t > g_w; later = not computed yet;"
+                    " n_docs = 1200000.0%")
+    # a format the value does not take shows the value plainly
+    assert notebook.format_values("order:.2f", values={"order": "text"}) == "order = text"
+    assert notebook.format_values("k:d", values={"k": 2.5}) == "k = 2.5"
+    notebook.show_values("gap:.1f", "missing")
+    assert capsys.readouterr().out == "gap = 0.2; missing = not computed yet\n"
+    for bad in ("", ":.2f", 3):
+        with pytest.raises(ValueError, match=repr(bad).replace("(", r"\(")):
+            notebook.format_values(bad)

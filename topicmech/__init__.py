@@ -19,7 +19,8 @@ Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by b
   (performance), :mod:`topicmech.runner` (seeded sweeps, locally or on any executor),
   :mod:`topicmech.results` (stored multi-seed results with their provenance),
   :mod:`topicmech.stats` (sampling statistics of chapters 1 and 4 and their tests),
-  :mod:`topicmech.plotting`, :mod:`topicmech.notebook` (``tm.setup_notebook``, ``tm.glue_values``) and
+  :mod:`topicmech.plotting`, :mod:`topicmech.notebook` (``tm.setup_notebook``, ``tm.glue_values``;
+  ``show_values`` in the exported notebooks) and
   :mod:`topicmech.utils` (all chapters).
 
 Notation as on the book's notation page: ``T = num_topics``, ``v = words_per_topic``,

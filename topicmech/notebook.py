@@ -1,5 +1,6 @@
 """What a chapter notebook calls first and last: :func:`setup_notebook` (threads, seeds, inline
-figures in the house style) and :func:`glue_values` (many numbers glued for the prose at once).
+figures in the house style) and :func:`glue_values` (many numbers glued for the prose at once);
+in an exported notebook, :func:`show_values` shows the numbers a paragraph names.
 
 Imported on first use (``tm.setup_notebook``, ``tm.glue_values``): it pulls in matplotlib.
 """
@@ -16,7 +17,7 @@ import torch
 from . import plotting
 from .utils import Mode, check_positive_int, run_mode, seed_everything
 
-__all__ = ["setup_notebook", "glue_values", "GLUED"]
+__all__ = ["setup_notebook", "glue_values", "GLUED", "format_values", "show_values"]
 
 #: What :func:`glue_values` glued, by name (with or without ``myst_nb``): in an exported notebook,
 #: the values behind the numbers its text shows as their names.
@@ -81,3 +82,46 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
             raise ValueError(f"values[{name!r}] must be a number, a bool or a string, got {type(value).__name__}")
         glue(name, value, display=False)
         GLUED[name] = value
+
+
+#: What :func:`format_values` shows for a name that nothing has glued yet.
+NOT_COMPUTED = "not computed yet"
+
+
+def _format_one(spec: str, values: Mapping[str, Any]) -> str:
+    if not isinstance(spec, str) or not spec.split(":", 1)[0].strip():
+        raise ValueError(f"each spec must be 'name' or 'name:format', got {spec!r}")
+    name, _, fmt = spec.partition(":")
+    name = name.strip()
+    if name not in values:
+        return f"{name} = {NOT_COMPUTED}"
+    value = values[name]
+    try:
+        text = format(value, fmt) if fmt else str(value)
+    except (TypeError, ValueError):  # a format the value does not take: show it plainly
+        text = str(value)
+    return f"{name} = {text}"
+
+
+def format_values(*specs: str, values: Mapping[str, Any] | None = None) -> str:
+    """One line ``"name = value; ..."`` for the glued names ``specs``, each ``"name"`` or
+    ``"name:format"`` as in the book's ``{glue:text}`name:format``` roles (``"gap:.3f"``,
+    ``"n_docs:,"``).
+
+    Values are read from ``values`` (default :data:`GLUED`); a name not there yet reads
+    ``"name = not computed yet"``, and a value that its format does not fit is shown with
+    ``str``. ``ValueError`` naming the spec for one that is not a string with a name.
+
+    Examples
+    --------
+    >>> format_values("gap:.3f", "n:,", "later", values={"gap": 0.25, "n": 1200})
+    'gap = 0.250; n = 1,200; later = not computed yet'
+    """
+    table = GLUED if values is None else values
+    return "; ".join(_format_one(spec, table) for spec in specs)
+
+
+def show_values(*specs: str, values: Mapping[str, Any] | None = None) -> None:
+    """Print :func:`format_values` of ``specs``: in an exported notebook, the cell after a
+    paragraph calls it to show the numbers that the paragraph names in code font."""
+    print(format_values(*specs, values=values))
