@@ -122,6 +122,12 @@ def _ref(target: str, text: str, refdoc: str, reftype: str = "ref") -> pending_x
     return ref
 
 
+def chapter_number(page: str) -> str:
+    """A chapter's number from its file stem (``05_attention`` -> ``"5"``); ``""`` otherwise."""
+    stem = posixpath.basename(page)
+    return str(int(stem[:2])) if stem[:2].isdigit() else ""
+
+
 def _doc(page: str, refdoc: str) -> pending_xref:
     """A link to ``book/<page>`` showing the page's title."""
     ref = pending_xref("", refdomain="std", reftype="doc", reftarget="/book/" + page,
@@ -177,13 +183,13 @@ class RunTimes(SphinxDirective):
         if unknown:
             LOGGER.warning(f"run-times: no stored run time for {', '.join(unknown)}",
                            location=(self.env.docname, self.lineno))
-        rows = [[_doc(p, self.env.docname), about(q[p]),
+        rows = [[chapter_number(p), _doc(p, self.env.docname), about(q[p]),
                  about(f[p]) if p in f else "not measured"] for p in pages if p in q]
         # where both columns were measured, before the table
         out = [nodes.paragraph(text=machine_sentence(quick))]
         if full:
             out.append(nodes.paragraph(text=machine_sentence(full)))
-        out.append(_table(["page", "quick mode", "full mode"], rows))
+        out.append(_table(["chapter", "page", "quick mode", "full mode"], rows))
         return out
 
 
@@ -285,11 +291,11 @@ class BuildReportTransform(SphinxPostTransform):
                 ref += nodes.inline(text=doc)
                 ok = "ran without error" if ex.get("succeeded") else f"failed: {ex.get('error')}"
                 runtime = ex.get("runtime")
-                rows.append([ref, _when(ex.get("mtime")),
+                rows.append([chapter_number(page), ref, _when(ex.get("mtime")),
                              "-" if runtime is None else f"{runtime:.1f}",
                              f"{stored[page]:.1f}" if page in stored else "not stored", ok])
             node.replace_self(_table(
-                ["page", "executed at", "run time in this build (s)",
+                ["chapter", "page", "executed at", "run time in this build (s)",
                  "stored run time (s), quoted in the headers", "status"], rows))
 
 
