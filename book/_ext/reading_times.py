@@ -83,7 +83,7 @@ LECTURES = [
     Lecture("two-stages-measured", "06_two_stages", (
         "Ten seeds", "Stage 2 is", "Smaller initial", "SGD versus")),
     Lecture("two-stages-conventions", "06_two_stages", (
-        "The theory's convention against", "Summary")),
+        "The theory's convention against", "Verdict on", "Summary")),
     Lecture("beyond", "07_beyond"),
     Lecture("real-embeddings", "08_real_text", (
         OPENING, "The text, the topics", "(a) Token", "(b) Attention")),
