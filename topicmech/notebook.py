@@ -63,9 +63,7 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
     try:
         from myst_nb import glue  # the book's notebook layer, not a dependency of the package
     except ImportError:  # an exported notebook outside Jupyter Book: GLUED alone
-
-        def glue(name: str, value: Any, display: bool = False) -> None:
-            pass
+        glue = None
 
     if not isinstance(values, Mapping):
         raise ValueError(f"values must be a mapping of names to numbers, got {type(values).__name__}")
@@ -80,7 +78,8 @@ def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | No
             value = value.item()
         if not isinstance(value, (int, float, str)):
             raise ValueError(f"values[{name!r}] must be a number, a bool or a string, got {type(value).__name__}")
-        glue(name, value, display=False)
+        if glue is not None:
+            glue(name, value, display=False)
         GLUED[name] = value
 
 
