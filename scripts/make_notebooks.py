@@ -24,7 +24,9 @@ Jupyter Book and without the repository:
   titles in italics (links to the rendered book with ``--book-url``) or the numbers the
   book shows ("Fig. 4.1", "Theorem 3.2", "(4.1)", computed like Sphinx's ``numfig`` from
   ``_toc.yml``: :class:`LabelIndex`), citations "Author (year)", glued numbers their
-  names in code font, each such cell followed by a short code cell (metadata
+  names in code font, a markdown cell that quotes some cut after each paragraph that does
+  (:func:`split_at_values`; never inside a fence, a directive, display maths, a table or a
+  list), each such paragraph followed by a short code cell (metadata
   ``{"topicmech": "values"}``) that shows its numbers, ``show_values("name:format", ...)``
   from :mod:`topicmech.notebook` (a note after the first cell says so), directives
   blockquotes under a bold title, labelled equations display maths with ``\\tag``;
@@ -586,14 +588,98 @@ def values_cell(specs: list[str]) -> nbformat.NotebookNode:
     return cell
 
 
+#: A list item's first line (``- x``, ``* x``, ``+ x``, ``1. x``, ``1) x``).
+LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+
+
+def _math_end(lines: list[str], start: int) -> int:
+    """Index of the line that closes a display-maths block opened by ``lines[start]``
+    (a line starting with ``$$``): that line itself for ``$$ x $$``, else the next line that
+    starts or ends with ``$$`` (``$$``, ``$$ (label)``, ``x $$``), or the last line."""
+    first = lines[start].strip()
+    if len(first) > 4 and first.endswith("$$"):
+        return start
+    for j in range(start + 1, len(lines)):
+        line = lines[j].strip()
+        if line.startswith("$$") or line.endswith("$$"):
+            return j
+    return len(lines) - 1
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """Split one markdown cell's MyST source into the pieces a cell may be cut into: at blank
+    lines, never inside a code fence, a directive (its whole body, nested ones included), a
+    display-maths block (``$$ ... $$``), a table or a list (a blank line followed by an
+    indented line or by another item of the same list does not cut), and never right after a
+    label line ``(label)=``, which belongs to what follows. Joined with blank lines, the
+    pieces give ``text`` back, up to blank lines at the cuts."""
+    lines = text.split("\n")
+    pieces: list[list[str]] = []
+    current: list[str] = []
+    blank, in_list = False, False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            blank = True
+            current.append(line)
+            i += 1
+            continue
+        if blank or not current:  # a paragraph starts
+            item = bool(LIST_ITEM.match(line))
+            indented = line[:1] in (" ", "\t")
+            written = [x for x in current if x.strip()]
+            after_label = all(LABEL_LINE.match(x) for x in written)
+            if written and not indented and not (in_list and item) and not after_label:
+                pieces.append(current)
+                current = []
+            if not indented:
+                in_list = item
+            blank = False
+        fence = DIRECTIVE.match(line) or CODE_FENCE.match(line)
+        if fence:
+            end = min(_closing(lines, i + 1, fence.group("fence")), len(lines) - 1)
+        elif line.lstrip().startswith("$$"):
+            end = _math_end(lines, i)
+        else:
+            end = i
+        current.extend(lines[i:end + 1])
+        i = end + 1
+    if current:
+        pieces.append(current)
+    return [t for t in ("\n".join(piece).strip("\n") for piece in pieces) if t.strip()]
+
+
+def split_at_values(text: str) -> list[tuple[str, list[str]]]:
+    """Cut one markdown cell's MyST source after each piece (:func:`split_paragraphs`) that
+    quotes glued numbers; return each part with the specs (:func:`glue_specs`) its values
+    cell shows. Pieces without glued numbers stay with the piece before or after them, so a
+    cut comes only where a values cell goes; the last part's specs may be empty."""
+    parts: list[tuple[str, list[str]]] = []
+    run: list[str] = []
+    for piece in split_paragraphs(text):
+        run.append(piece)
+        specs = glue_specs(piece)
+        if specs:
+            parts.append(("\n\n".join(run), glue_specs("\n\n".join(run))))
+            run = []
+    if run and parts and all(LABEL_LINE.match(x) for x in "\n".join(run).split("\n") if x.strip()):
+        # only label lines left (what they label is in the next cell): no empty cell for them
+        parts[-1] = ("\n\n".join([parts[-1][0], *run]), parts[-1][1])
+    elif run:
+        parts.append(("\n\n".join(run), []))
+    return parts
+
+
 def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
                   markdown: MystToMarkdown | None = None) -> nbformat.NotebookNode:
     """Pin the install cell to ``version`` (adding one if missing), make ``glue`` optional,
     and, when ``markdown`` is given, render the MyST markup of the markdown cells of ``page``
     as plain Markdown, with a note on the glued numbers after the first cell and, after each
-    markdown cell that names glued numbers, a values cell (:func:`values_cell`) that shows
-    them (the values cells of markdown cells above the install cell, which imports
-    ``show_values``, come right after it)."""
+    paragraph (or run of paragraphs, :func:`split_at_values`) that names glued numbers, a
+    values cell (:func:`values_cell`) that shows them; the markdown cell is cut there. A
+    markdown cell above the install cell, which imports ``show_values``, is not cut: its
+    values cell comes right after the install cell."""
     install = [c for c in nb.cells if _is_install_cell(c)]
     source = install_source(version) + ("\n" + GLUED_IMPORT if markdown is not None else "")
     for cell in install:
@@ -605,6 +691,22 @@ def make_portable(nb: nbformat.NotebookNode, version: str, page: str = "",
         nb.cells.insert(first_code, cell)
     specs = {id(c): glue_specs(c.source) for c in nb.cells if c.cell_type == "markdown"}
     glued = [spec.split(":", 1)[0] for c in nb.cells for spec in specs.get(id(c), [])]
+    if markdown is not None and glued:
+        # below the install cell, a markdown cell that quotes glued numbers is cut after each
+        # paragraph that quotes some, so that each values cell follows its own paragraph
+        cells, installed, split = [], False, []  # split: keeps the ids in ``specs`` unique
+        for cell in nb.cells:
+            installed = installed or _is_install_cell(cell)
+            if not (installed and specs.get(id(cell))):
+                cells.append(cell)
+                continue
+            for text, part_specs in split_at_values(cell.source):
+                part = nbformat.v4.new_markdown_cell(text)
+                part.metadata.update(cell.metadata)
+                specs[id(part)] = part_specs
+                cells.append(part)
+            split.append(cell)
+        nb.cells = cells
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = render_pagetimes(cell.source)

@@ -174,41 +174,106 @@ def _values_names(cell) -> list[str]:
     return [arg.value for arg in call.args]
 
 
+CODE_NAME = re.compile(r"`([^`\s]+)`")
+
+
+def _balanced(markdown: str) -> bool:
+    """Whether a markdown cell closes every code fence and display-maths block it opens."""
+    fences = [m for m in re.finditer(r"^[ \t>]*(`{3,}|~{3,})", markdown, re.M)]
+    return len(fences) % 2 == 0 and markdown.count("$$") % 2 == 0
+
+
 @pytest.mark.parametrize("strip", [False, True], ids=["full", "students"])
 def test_each_paragraph_with_numbers_is_followed_by_its_values_cell(strip: bool, tmp_path: Path) -> None:
-    """After each markdown cell that names glued numbers comes a cell that shows exactly them
-    (for a markdown cell above the install cell: right after the install cell, which imports
-    ``show_values``); no other cell carries the values metadata."""
+    """A markdown cell that names glued numbers is cut after each paragraph that names some,
+    and a cell that shows exactly that paragraph's numbers follows it (for a markdown cell
+    above the install cell, not cut: right after the install cell, which imports
+    ``show_values``); no other cell carries the values metadata, no cut falls inside a
+    fence or a display-maths block, the text is the book's, and no glued number is lost."""
     sources = {p.stem: p for p in CHAPTERS}
+    md = make_notebooks.MystToMarkdown()
+    note = "> **Reading this notebook outside the book.**"
     for path in make_notebooks.export(tmp_path, strip=strip):
         nb = nbformat.read(path, as_version=4)
         book = jupytext.read(sources[path.stem])
         if strip:
             book, _ = make_notebooks.strip_solutions(book)
-        # the exported markdown cells are the book's, in order, plus the note on the numbers
-        specs = [make_notebooks.glue_specs(c.source) for c in book.cells if c.cell_type == "markdown"]
-        note = "> **Reading this notebook outside the book.**"
+        book_md = [c.source for c in book.cells if c.cell_type == "markdown"]
+        page_names = {s.split(":", 1)[0] for c in book_md for s in make_notebooks.glue_specs(c)}
+        install = next(i for i, c in enumerate(nb.cells) if make_notebooks._is_install_cell(c))
+        values = {i: _values_names(c) for i, c in enumerate(nb.cells)
+                  if c.metadata.get("topicmech") == "values"}
         markdown = [i for i, c in enumerate(nb.cells)
                     if c.cell_type == "markdown" and not c.source.startswith(note)]
-        assert len(markdown) == len(specs), path.name
-        install = next(i for i, c in enumerate(nb.cells) if make_notebooks._is_install_cell(c))
-        expected_at = {}  # index of each values cell -> the specs it must show
-        deferred = install + 1
-        for i, names in zip(markdown, specs):
-            if not names:
-                continue
-            if i < install:
-                expected_at[deferred], deferred = names, deferred + 1
-            else:
-                expected_at[i + 1] = names
-            shown = set(re.findall(r"`([^`\s]+)`", nb.cells[i].source))
-            assert {s.split(":", 1)[0] for s in names} <= shown, f"{path.name}: {names}"
-        values = {i: c for i, c in enumerate(nb.cells) if c.metadata.get("topicmech") == "values"}
-        assert sorted(values) == sorted(expected_at), path.name
-        for i, cell in values.items():
-            assert cell.cell_type == "code" and "tags" not in cell.metadata
-            assert _values_names(cell) == expected_at[i], f"{path.name}, cell {i}"
-            assert max(map(len, cell.source.splitlines())) <= make_notebooks.WIDTH
+        # each book cell is one exported cell above the install cell, consecutive ones below
+        deferred, k = install + 1, 0
+        for text in book_md:
+            want = re.sub(r"\n{3,}", "\n\n", md.convert(text, path.stem))
+            specs = make_notebooks.glue_specs(text)
+            got, shown = [], []
+            while "\n\n".join(got) != want:
+                assert k < len(markdown) and len("\n\n".join(got)) < len(want), (
+                    f"{path.name}: the exported cells do not give back {want[:80]!r}")
+                got.append(nb.cells[markdown[k]].source)
+                i, k = markdown[k], k + 1
+                shown += [s for s in values.get(deferred if i < install else i + 1, [])
+                          if s not in shown]
+                if i < install:
+                    assert len(got) == 1, f"{path.name}: a cell above the install cell is cut"
+                    deferred += bool(specs)
+            assert shown == specs, f"{path.name}: {want[:80]!r}"
+        assert k == len(markdown), path.name
+        # the deferred values cells, then each one right after the markdown cell it shows
+        for i in values:
+            if i >= deferred:
+                above = nb.cells[i - 1]
+                assert above.cell_type == "markdown", f"{path.name}, cell {i}"
+                names = {s.split(":", 1)[0] for s in values[i]}
+                glued_above = set(CODE_NAME.findall(above.source)) & page_names
+                assert names == glued_above, f"{path.name}, cell {i}: {names ^ glued_above}"
+            assert i > install and i not in markdown
+        for i in markdown:
+            cell = nb.cells[i]
+            assert cell.source.strip() and _balanced(cell.source), f"{path.name}, cell {i}"
+            if i > install and set(CODE_NAME.findall(cell.source)) & page_names:
+                assert i + 1 in values, f"{path.name}: no values cell after cell {i}"
+        # as many glued numbers in the text as in the book, none lost at a cut
+        n_book = sum(len(make_notebooks.GLUE_PLACEHOLDER.findall(c)) for c in book_md)
+        n_out = sum(1 for i in markdown for name in CODE_NAME.findall(nb.cells[i].source)
+                    if name in page_names)
+        assert n_out == n_book, path.name
+        for i, cell in enumerate(nb.cells):
+            if i in values:
+                assert cell.cell_type == "code" and "tags" not in cell.metadata
+                assert max(map(len, cell.source.splitlines())) <= make_notebooks.WIDTH
+
+
+def test_cells_are_cut_only_between_paragraphs_that_may_part() -> None:
+    text = "\n".join([
+        "(sec-a)=", "", "## Heading", "", "Intro, no numbers.", "",
+        "A {glue:text}`a:.2f` here.", "", "```python", "x = 1", "", "y = 2", "```", "",
+        "- item {glue:text}`b`", "", "- item two", "", "  continued {glue:text}`c`", "",
+        "After the list.", "", "$$", "x", "", "y", "$$ (eq-x)", "",
+        "::::{note}", "Body {glue:text}`d`", "", ":::{math}", "z", "", ":::", "more", "::::", "",
+        "| a | b |", "|---|---|", "| {glue:text}`e` | 2 |", "", "Tail.", "", "(sec-b)=",
+    ])
+    pieces = make_notebooks.split_paragraphs(text)
+    assert pieces == [
+        "(sec-a)=\n\n## Heading", "Intro, no numbers.", "A {glue:text}`a:.2f` here.",
+        "```python\nx = 1\n\ny = 2\n```",
+        "- item {glue:text}`b`\n\n- item two\n\n  continued {glue:text}`c`",
+        "After the list.", "$$\nx\n\ny\n$$ (eq-x)",
+        "::::{note}\nBody {glue:text}`d`\n\n:::{math}\nz\n\n:::\nmore\n::::",
+        "| a | b |\n|---|---|\n| {glue:text}`e` | 2 |", "Tail.", "(sec-b)="]
+    parts = make_notebooks.split_at_values(text)
+    assert [specs for _, specs in parts] == [["a:.2f"], ["b", "c"], ["d"], ["e"], []]
+    assert parts[0][0].endswith("here.") and parts[2][0].startswith("After the list.")
+    # the parts give the text back; a label line at the end makes no cell of its own
+    assert "\n\n".join(t for t, _ in parts) == "\n\n".join(pieces)
+    assert parts[-1][0] == "Tail.\n\n(sec-b)="
+    assert make_notebooks.split_at_values("x\n\n(sec-c)=") == [("x\n\n(sec-c)=", [])]
+    assert make_notebooks.split_at_values("A {glue:text}`a`\n\n(sec-c)=") == [
+        ("A {glue:text}`a`\n\n(sec-c)=", ["a"])]
 
 
 def test_values_cell_source_wraps_at_the_code_width() -> None:
@@ -230,3 +295,26 @@ def test_citations_that_would_read_alike_are_an_error(tmp_path: Path) -> None:
                    "@misc{b, author = {Li, Yuchen}, year = {2023}}\n", encoding="utf-8")
     with pytest.raises(ValueError, match="'a' and 'b'"):
         make_notebooks._citations(bib)
+
+
+def test_each_paragraph_gets_its_own_values_cell() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Title\n\nAbove the install cell: {glue:text}`a`.\n\nAnd `b`."),
+        nbformat.v4.new_code_cell('%pip install "topicmech"'),
+        nbformat.v4.new_markdown_cell(
+            "First {glue:text}`b:.2f`.\n\nNo numbers.\n\n```{note}\nIn a note {glue:text}`c`.\n\n"
+            "Still the note.\n```\n\nLast, no numbers."),
+    ]
+    out = make_notebooks.make_portable(nb, "0.0", "04_value_matrix", make_notebooks.MystToMarkdown())
+    shown = [(c.cell_type, _values_names(c) if c.metadata.get("topicmech") else c.source)
+             for c in out.cells]
+    assert shown[0] == ("markdown", "# Title\n\nAbove the install cell: `a`.\n\nAnd `b`.")
+    assert shown[1][0] == "markdown" and shown[2][0] == "code"  # the note, the install cell
+    assert shown[3:] == [
+        ("code", ["a"]),  # the cell above the install cell: not cut, its values here
+        ("markdown", "First `b`."), ("code", ["b:.2f"]),
+        ("markdown", "No numbers.\n\n> **Note**\n>\n> In a note `c`.\n>\n> Still the note."),
+        ("code", ["c"]),
+        ("markdown", "Last, no numbers."),
+    ]
