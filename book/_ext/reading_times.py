@@ -68,7 +68,7 @@ LECTURES = [
         "Which keys", "Ten seeds", "Summary")),
     Lecture("value-first", "04_value_matrix", (
         OPENING, "The stage-1 model", "The authors' result", "Our version",
-        "The exact optimum", "Where the extra", "Long documents", "The authors' constant is",
+        "The exact optimum", "Where the same-word", "Long documents", "The authors' constant is",
         "Training lands", "Summary")),
     Lecture("value-second", "04_value_matrix", (
         "Weight decay", "The authors' logit bias", "The authors' constant proportion",
