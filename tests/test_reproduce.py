@@ -143,14 +143,15 @@ AUTH = {"same_word": 0.0076, "same_topic": 0.0108, "diff_topic": 0.0069}
 
 
 def test_magnitude_verdict_rules() -> None:
-    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced: holds direction, ratio (x1.00), order"
+    assert rp.magnitude_verdict(dict(AUTH), AUTH) == "reproduced: holds direction, ratio (excess x1.00), order"
     far = {"same_word": 0.004, "same_topic": 0.03, "diff_topic": 0.005}
-    assert rp.magnitude_verdict(far, AUTH).startswith("partly: holds direction; misses ratio (x")
+    assert rp.magnitude_verdict(far, AUTH).startswith("partly: holds direction; misses ratio (excess x")
     swapped = {"same_word": 0.012, "same_topic": 0.0108, "diff_topic": 0.0069}
     assert rp.magnitude_verdict(swapped, AUTH) == (
-        "partly: holds direction, ratio (x1.00); misses order (word > topic > diff)")
+        "partly: holds direction, ratio (excess x1.00); misses order (word > topic > diff)")
     flat = {"same_word": 0.01, "same_topic": 0.01, "diff_topic": 0.01}
-    assert rp.magnitude_verdict(flat, AUTH).startswith("not reproduced: no preference")
+    assert rp.magnitude_verdict(flat, AUTH).startswith(
+        "not reproduced: misses direction (same topic not above diff. topic")
     assert rp.magnitude_verdict(flat, AUTH, attempted="why") == "not faithfully attempted: why"
     with pytest.raises(ValueError, match="factor"):
         rp.magnitude_verdict(flat, AUTH, factor=0.5)
@@ -158,7 +159,29 @@ def test_magnitude_verdict_rules() -> None:
         rp.magnitude_verdict({"same_word": 1.0}, AUTH)
     # an explicit ratio overrides the one read off the means
     assert rp.magnitude_verdict(far, AUTH, ratio=1.6) == (
-        "partly: holds direction, ratio (x1.02); misses order (topic > diff > word)")
+        "partly: holds direction, ratio (excess x1.06); misses order (topic > diff > word)")
+
+
+def test_magnitude_verdict_compares_the_excess_over_uniform() -> None:
+    # the authors' ratio 0.0108 / 0.0069 = 1.565: excess 0.565 over uniform attention
+    theirs = AUTH["same_topic"] / AUTH["diff_topic"]
+    near_uniform = {"same_word": 0.0099, "same_topic": 0.0106, "diff_topic": 0.0100}
+    # ratio 1.06: within 1.5 of theirs as a ratio, but an excess of a tenth of theirs
+    assert 1 / 1.5 < (0.0106 / 0.0100) / theirs < 1.5
+    assert rp.magnitude_verdict(near_uniform, AUTH) == (
+        "partly: holds direction; misses ratio (excess x0.11), order (topic > diff > word)")
+    # the factor applies to the excess both ways: x1.5 holds, just above it misses
+    at_edge = 1 + 1.5 * (theirs - 1)
+    assert rp.magnitude_verdict(AUTH, AUTH, ratio=at_edge * (1 - 1e-9)).startswith("reproduced")
+    assert rp.magnitude_verdict(AUTH, AUTH, ratio=at_edge * 1.01).startswith(
+        "partly: holds direction, order; misses ratio (excess x1.5")
+    low_edge = 1 + (theirs - 1) / 1.5
+    assert rp.magnitude_verdict(AUTH, AUTH, ratio=low_edge * 1.001).startswith("reproduced")
+    assert rp.magnitude_verdict(AUTH, AUTH, ratio=low_edge * 0.99).startswith("partly")
+    # the authors' own ratio not above 1: never reproduced
+    flat_auth = {"same_word": 0.01, "same_topic": 0.01, "diff_topic": 0.01}
+    assert rp.magnitude_verdict(AUTH, flat_auth).startswith(
+        "not reproduced: the authors' ratio is not above 1")
 
 
 def test_category_order_ties_by_overlapping_intervals() -> None:
@@ -177,11 +200,12 @@ def test_magnitude_verdict_a_tie_is_not_the_authors_order() -> None:
     wide = {**tight, "same_word": (0.0100, 0.0115)}
     assert rp.magnitude_verdict(ours, AUTH, intervals=tight).startswith("reproduced")
     assert rp.magnitude_verdict(ours, AUTH, intervals=wide) == (
-        "partly: holds direction, ratio (x1.00); misses order (tie: word = topic > diff)")
+        "partly: holds direction, ratio (excess x1.00); misses order (tie: word = topic > diff)")
     # same topic tied with different topic: no direction, whatever the ratio
     flat = {"same_word": 0.01, "same_topic": 0.0100001, "diff_topic": 0.01}
     overlap = {k: (v - 1e-6, v + 1e-6) for k, v in flat.items()}
-    assert rp.magnitude_verdict(flat, AUTH, intervals=overlap).startswith("not reproduced: same topic")
+    assert rp.magnitude_verdict(flat, AUTH, intervals=overlap).startswith(
+        "not reproduced: misses direction (tie: same topic = diff. topic")
     # a tie prints its members in one fixed order, whichever mean is larger
     assert rp.order_text({"same_word": 1.0, "same_topic": 2.0, "diff_topic": 1.0}) == "topic > word = diff"
 
@@ -203,6 +227,17 @@ def test_stage_verdict_parts() -> None:
     assert rp.stage_verdict(starts=c6_start, ends=at_level, order=True, kq_leave=476, v_plateau=50) == (
         "partly: holds K/Q levels, order, K/Q timing; misses W^V level (no evidence: starts in the band), "
         "W^V timing")
+    # a timing that holds within `edge` steps of its window's bound says so, with its step
+    assert rp.stage_verdict(**kw, kq_leave=770, v_plateau=600, edge=10) == (
+        "partly: holds W^V level, K/Q levels, order, W^V timing (at the edge: 600); misses K/Q timing")
+    assert rp.stage_verdict(**kw, kq_leave=405, v_plateau=400, edge=10) == (
+        "reproduced: holds all five parts, K/Q timing (at the edge: 405)")
+    assert "edge" not in rp.stage_verdict(**kw, kq_leave=770, v_plateau=580, edge=10)
+    assert "edge" not in rp.stage_verdict(**kw, kq_leave=770, v_plateau=590)
+    # with no margin, only a step exactly on a bound is at the edge
+    assert "(at the edge: 600)" in rp.stage_verdict(**kw, kq_leave=770, v_plateau=600)
+    with pytest.raises(ValueError, match="edge"):
+        rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, edge=-1)
     with pytest.raises(ValueError, match="factor"):
         rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, factor=0.9)
     with pytest.raises(ValueError, match="ends"):

@@ -574,19 +574,30 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     """The verdict on one row of the attention table, by magnitude and order.
 
     ``ours``, ``authors``: the three :data:`RELATIONS` (mean attention). The verdict is a class,
-    then after ``": "`` why. ``"reproduced: ..."`` when our same-topic / different-topic ratio
-    lies within ``factor`` of the authors' (either way) **and** the order of the three
-    categories is theirs, each pair separated: with ``intervals`` (our ``(lo, hi)`` per
-    category), two categories whose intervals overlap are a tie (:func:`category_order`), and a
-    tie does not match the authors' strict order; ``"partly: holds ...; misses ..."`` when same
-    topic beats different topic as theirs does (with ``intervals``, theirs not overlapping) but
-    the ratio or the order misses (a missed order
-    is printed, e.g. ``"misses order (tie: topic = word > diff)"``); ``"not reproduced: ..."``
-    when our ratio is not above 1 or same topic ties with different topic; ``attempted``, a reason, gives ``"not faithfully attempted:
-    reason"`` instead. The ratio is printed as a factor of theirs (``"x1.19"``); the absolute
-    means do not enter. ``ratio``, when given, is our same-topic / different-topic ratio
-    computed otherwise (the reproduction page passes the mean over seeds of each seed's ratio);
-    by default it is ``ours["same_topic"] / ours["diff_topic"]``.
+    then after ``": "`` why. Three parts are read:
+
+    - **direction**: same topic above different topic. It misses in one of two ways: our ratio
+      (same topic / different topic) is not above 1 (``"misses direction (same topic not
+      above diff. topic ...)"``), or, with ``intervals``, the two categories' intervals overlap
+      (``"misses direction (tie: same topic = diff. topic ...)"``);
+    - **ratio**: our **excess over uniform**, ``ratio - 1``, within ``factor`` of the authors'
+      excess (either way). The excess, not the ratio, is compared because uniform attention
+      gives a ratio of 1: a factor on the ratio itself would accept near-uniform attention
+      (with the authors' 1.57 and a factor of 1.5, any ratio from 1.05);
+    - **order**: the three categories in the authors' order, each pair separated: with
+      ``intervals`` (our ``(lo, hi)`` per category), two categories whose intervals overlap
+      are a tie (:func:`category_order`), and a tie does not match the authors' strict order
+      (a missed order is printed, e.g. ``"misses order (tie: topic = word > diff)"``).
+
+    ``"reproduced: ..."`` when all three hold; ``"partly: holds ...; misses ..."`` when the
+    direction holds (and the authors' ratio is above 1) but the ratio or the order misses;
+    ``"not reproduced: misses direction (...)"`` otherwise (or when the authors' own ratio is
+    not above 1); ``attempted``, a reason, gives
+    ``"not faithfully attempted: reason"`` instead. The excess is printed as a factor of theirs
+    (``"excess x1.19"``); the absolute means do not enter. ``ratio``, when given, is our
+    same-topic / different-topic ratio computed otherwise (the reproduction page passes the
+    mean over seeds of each seed's ratio); by default it is
+    ``ours["same_topic"] / ours["diff_topic"]``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
@@ -598,16 +609,19 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
             raise ValueError(f"{name} must give {', '.join(RELATIONS)}, got {sorted(d)}")
     ratio = ours["same_topic"] / ours["diff_topic"] if ratio is None else check_float("ratio", ratio)
     theirs = authors["same_topic"] / authors["diff_topic"]
-    x = f"x{ratio / theirs:.2f}"
-    if not (ratio > 1) == (theirs > 1) or ratio <= 1:
-        return f"not reproduced: no preference for same topic (ratio {ratio:.3f}, {x})"
+    if not theirs > 1:
+        return f"not reproduced: the authors' ratio is not above 1 (theirs {theirs:.3f}, ours {ratio:.3f})"
+    if ratio <= 1:
+        return f"not reproduced: misses direction (same topic not above diff. topic; ratio {ratio:.3f})"
     if intervals is not None and intervals["same_topic"][0] <= intervals["diff_topic"][1]:
-        return f"not reproduced: same topic and different topic tie (ratio {ratio:.3f}, {x})"
+        return f"not reproduced: misses direction (tie: same topic = diff. topic; ratio {ratio:.3f})"
+    excess = (ratio - 1) / (theirs - 1)                      # both excesses are positive here
+    x = f"excess x{excess:.2f}"
     groups = category_order(ours, intervals)
     strict = [[k] for k in sorted(RELATIONS, key=lambda k: -authors[k])]
     order = groups == strict
     tied = not order and [k for g in groups for k in g] == [g[0] for g in strict]
-    close = 1 / factor <= ratio / theirs <= factor
+    close = 1 / factor <= excess <= factor
     if close and order:
         return f"reproduced: holds direction, ratio ({x}), order"
     held = ["direction"] + ([f"ratio ({x})"] if close else []) + (["order"] if order else [])
@@ -625,7 +639,8 @@ AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400
 
 
 def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bool,
-                  kq_leave: float | None, v_plateau: float | None, factor: float = 1.5) -> str:
+                  kq_leave: float | None, v_plateau: float | None, factor: float = 1.5,
+                  edge: float = 0.0) -> str:
     """The verdict on a two-stage row, from five parts computed by one rule.
 
     ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at
@@ -639,11 +654,14 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     timing**, ``v_plateau`` within ``factor`` of the authors' 400 (either way). The verdict is a
     class, then after ``": "`` why: ``"reproduced: holds all five parts"``, ``"partly: holds ...;
     misses ..."``, or ``"not reproduced: misses ..."`` when none holds; a level reached at
-    initialisation is named ``"W^V level (no evidence: starts in the band)"``.
+    initialisation is named ``"W^V level (no evidence: starts in the band)"``. A timing part that
+    holds with its step within ``edge`` steps of a bound of its window (e.g. one step of the grid
+    the marks are read on) is named with the step, e.g. ``"W^V timing (at the edge: 600)"``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor!r}")
+    edge = check_float("edge", edge, positive=False)
     for name, d in (("starts", starts), ("ends", ends)):
         if {"W_V", "W_K", "W_Q"} - set(d):
             raise ValueError(f"{name} must give W_V, W_K, W_Q, got {sorted(d)}")
@@ -661,10 +679,17 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     kq_timing = kq_leave is not None and lo <= kq_leave <= hi
     v_timing = v_plateau is not None and AUTHORS_STAGES["v_plateau"] / factor <= v_plateau \
         <= AUTHORS_STAGES["v_plateau"] * factor
+    v_lo, v_hi = AUTHORS_STAGES["v_plateau"] / factor, AUTHORS_STAGES["v_plateau"] * factor
+    timing_labels = []
+    for label, ok, step, (w_lo, w_hi) in (("K/Q timing", kq_timing, kq_leave, (lo, hi)),
+                                          ("W^V timing", v_timing, v_plateau, (v_lo, v_hi))):
+        at_edge = ok and min(step - w_lo, w_hi - step) <= edge
+        timing_labels.append(f"{label} (at the edge: {step:.0f})" if at_edge else label)
     parts += [bool(order), kq_timing, v_timing]
-    labels += ["order", "K/Q timing", "W^V timing"]
+    labels += ["order", *timing_labels]
     if all(parts):
-        return "reproduced: holds all five parts"
+        edges = [lab for lab in labels if "(at the edge" in lab]
+        return "reproduced: holds all five parts" + (f", {', '.join(edges)}" if edges else "")
     held = [lab for lab, ok in zip(labels, parts) if ok]
     missed = [lab for lab, ok in zip(labels, parts) if not ok]
     if not held:
