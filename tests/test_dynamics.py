@@ -101,7 +101,7 @@ def test_uniform_attention_reads_one_in_every_relation():
 def test_standard_probes_record_during_training_and_agree():
     W_star = theory.optimal_value_matrix(SETTING.hidden())
     probes = dynamics.standard_probes(TM, W_star, heldout_batch(TM, 16, N))
-    assert set(probes) == {"value_gap", "value_topic_gap", "kq_norm", "kq_same_word", "kq_same_topic",
+    assert set(probes) == {"value_gap", "value_topic_gap", "value_word_gap", "kq_norm", "kq_same_word", "kq_same_topic",
                            "attention", "attn_contrast"}
     model = _model(eps=0.1)
     hist = train_model(model, TM, steps=30, batch_size=16, doc_len=N, lr=5.0, probes=probes, probe_every=10)

@@ -29,6 +29,7 @@ from .losses import mlm_loss
 from .model import OneLayerTransformer
 from .probes import (
     AttentionByRelation,
+    BlockMeans,
     attention_by_relation,
     block_means,
     growing_topic_contrast,
@@ -85,6 +86,11 @@ def attention_stats(
     return attention_by_relation(pattern, inputs, topic_of_word)
 
 
+def _word_gap(means: BlockMeans) -> float:
+    """Diagonal minus same-topic mean of a :class:`BlockMeans`."""
+    return means.diag - means.same_topic
+
+
 def standard_probes(
     topic_model: TopicModel, W_star: torch.Tensor | np.ndarray | None,
     heldout: tuple[torch.Tensor, torch.Tensor | None],
@@ -93,7 +99,7 @@ def standard_probes(
 
     ``"value_gap"`` (:func:`value_gap` to ``W_star``, left out if None; no ``[MASK]`` column
     when masked keys are hidden), ``"value_topic_gap"`` (same- minus different-topic mean of
-    ``W^V``), ``"kq_norm"`` (``||A||_F``), ``"kq_same_word"``, ``"kq_same_topic"``
+    ``W^V``), ``"value_word_gap"`` (its diagonal minus same-topic mean), ``"kq_norm"`` (``||A||_F``), ``"kq_same_word"``, ``"kq_same_topic"``
     (:func:`topicmech.probes.topic_contrasts` of ``A``), and on the batch ``heldout =
     (inputs, selected)`` (e.g. :func:`heldout_batch`) ``"attention"`` (the
     :data:`topicmech.probes.ATTENTION_FIELDS` as an array) and ``"attn_contrast"`` (same- minus different-topic).
@@ -108,6 +114,7 @@ def standard_probes(
         Ws = _as_float_tensor(W_star, "W_star")
         probes["value_gap"] = lambda m: value_gap(m, Ws, ignore_mask_column=not getattr(m, "attend_to_masked", True))
     probes["value_topic_gap"] = lambda m: block_means(m.value_matrix(), topic).topic_gap
+    probes["value_word_gap"] = lambda m: _word_gap(block_means(m.value_matrix(), topic))
     probes["kq_norm"] = lambda m: float(m.key_query_matrix().norm())
     probes["kq_same_word"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_word"]
     probes["kq_same_topic"] = lambda m: topic_contrasts(m.key_query_matrix(), topic)["same_topic"]
