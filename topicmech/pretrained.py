@@ -158,6 +158,35 @@ def embedding_stats_by_threshold(model: PreTrainedModel | np.ndarray | torch.Ten
     return pd.DataFrame(rows)
 
 
+class _SkipFeedForward(torch.nn.Module):
+    """Stands in for the last layer's feed-forward block: its input passes through unchanged."""
+
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return hidden if residual is None else residual
+
+
+@contextlib.contextmanager
+def _attention_only(model: PreTrainedModel) -> Any:
+    """While the block runs, a BERT-like ``model`` skips the work that comes after the last attention weights
+    (the last layer's feed-forward block and the pooler): the attentions are unchanged, the hidden states are
+    not those of the model. Any other model runs unchanged."""
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    last = layers[-1] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+    if last is None or not all(isinstance(getattr(last, n, None), torch.nn.Module) for n in ("intermediate", "output")):
+        yield
+        return
+    saved = (last.intermediate, last.output, getattr(model, "pooler", None))
+    last.intermediate, last.output = _SkipFeedForward(), _SkipFeedForward()
+    if saved[2] is not None:
+        model.pooler = None
+    try:
+        yield
+    finally:
+        last.intermediate, last.output = saved[0], saved[1]
+        if saved[2] is not None:
+            model.pooler = saved[2]
+
+
 def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                 batch: list[tuple[int, WordAlignment]]) -> tuple[torch.Tensor, ...]:
     """Attention weights of one padded batch of passages: one ``(batch, H, P, P)`` tensor per layer."""
@@ -165,7 +194,7 @@ def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     P = max(c.num_pieces for _, c in batch)
     ids = torch.tensor([c.input_ids.tolist() + [pad] * (P - c.num_pieces) for _, c in batch])          # (batch, P)
     mask = torch.tensor([[1] * c.num_pieces + [0] * (P - c.num_pieces) for _, c in batch])
-    with torch.no_grad():
+    with torch.no_grad(), _attention_only(model):
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     if getattr(out, "attentions", None) is None or out.attentions[0] is None:
         raise ValueError("the model returned no attention weights; load it with output_attentions=True and "
@@ -175,13 +204,24 @@ def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
 def _map_batches(fn: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  chunks: list[tuple[int, WordAlignment]], batch_size: int) -> list[Any]:
-    """``fn(offset, batch, attentions)`` for the batches of ``batch_size`` passages (``offset``: index of the
-    batch's first passage), the forward passes spread over forked workers (:func:`~topicmech.corpus.forked_map`)."""
+    """``fn(index, batch, attentions)`` for batches of at most ``batch_size`` passages (``index``: the positions in
+    ``chunks`` of the batch's passages), passages of similar length batched together so that little is padded,
+    the forward passes spread over forked workers (:func:`~topicmech.corpus.forked_map`); ``fn`` returns one
+    result per passage, and so does this function, in the order of ``chunks``."""
     batch_size = check_positive_int("batch_size", batch_size)
     model.eval()
-    return forked_map(lambda b0: fn(b0, chunks[b0:b0 + batch_size],
-                                    _attentions(model, tokenizer, chunks[b0:b0 + batch_size])),
-                      range(0, len(chunks), batch_size))
+    by_length = np.argsort([c.num_pieces for _, c in chunks], kind="stable")
+    groups = [by_length[b0:b0 + batch_size].tolist() for b0 in range(0, len(chunks), batch_size)]
+
+    def run(index: list[int]) -> list[Any]:
+        batch = [chunks[i] for i in index]
+        return fn(index, batch, _attentions(model, tokenizer, batch))
+
+    out: list[Any] = [None] * len(chunks)
+    for index, part in zip(groups, forked_map(run, groups)):
+        for i, r in zip(index, part):
+            out[i] = r
+    return out
 
 
 def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -196,12 +236,12 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
         return hit[0], hit[1]
 
-    def restrict(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         # NumPy arrays: they travel back from a worker by plain pickling
         return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy()
-                for i, ix in enumerate(map(torch.as_tensor, sels[b0:b0 + len(batch)]))]
+                for i, ix in enumerate(torch.as_tensor(sels[k]) for k in index)]
 
-    atts = [torch.from_numpy(a) for part in _map_batches(restrict, model, tokenizer, chunks, batch_size) for a in part]
+    atts = [torch.from_numpy(a) for a in _map_batches(restrict, model, tokenizer, chunks, batch_size)]
     if cache is not None:
         cache[key] = (atts, sels, model)
     return atts, sels
@@ -254,13 +294,13 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
         raise ValueError("selections is empty")
     chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
 
-    def pooled(b0: int, batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    def pooled(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
         att = torch.stack(out, dim=1).double().mean(dim=(1, 2))              # (batch, P, P)
         return [(pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()
                 for i, (_, c) in enumerate(batch)]                           # (W, W) each
 
     acc = {name: [0.0, 0.0, 0, 0] for name in selections}
-    pooled_all = [wp for part in _map_batches(pooled, model, tokenizer, chunks, batch_size) for wp in part]
+    pooled_all = _map_batches(pooled, model, tokenizer, chunks, batch_size)
     for (_, c), wp in zip(chunks, pooled_all):
         for name, wt in selections.items():
             m = relation_masks_for_words(c.words, wt)
