@@ -115,9 +115,13 @@ def render_pagetimes(text: str) -> str:
         page, mode = (m.group(1).split() + ["quick"])[:2]
         stored = rt.load(ROOT, mode)
         seconds = rt.page_seconds(stored)
+        named = page == "slowest"
+        if named:
+            page = rt.slowest(stored)
         if page not in seconds:
             raise ValueError(f"no stored {mode}-mode run time for page {page!r}")
-        return rt.about(seconds[page]) + (f" on {rt.cores(stored)}" if rt.cores(stored) else "")
+        text = rt.about(seconds[page]) + (f" on {rt.cores(stored)}" if rt.cores(stored) else "")
+        return f"{page} ({text})" if named else text
 
     return PAGETIME.sub(render, text)
 

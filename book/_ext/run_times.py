@@ -9,7 +9,8 @@ come from ``chapters_full.json``, written by the same script under ``TOPICMECH_M
     renders the stored quick-mode time of a page with the machine's core count, as
     "about 15 s on two CPU cores", linked to the status page, which names the machine.
     ``{pagetime}`05_attention full``` quotes the full-mode file instead. Any page name
-    works; a page with no stored time is a Sphinx warning, so the ``-W`` build fails
+    works, and ``slowest`` names the slowest stored page with its time (a link to the page,
+    then "(about 38 s on two CPU cores)"), so prose never names it by hand; a page with no stored time is a Sphinx warning, so the ``-W`` build fails
     until ``python benchmarks/bench_chapters.py --only <page>`` has measured it.
 
 ``{run-times}``
@@ -88,6 +89,12 @@ def page_seconds(stored: dict) -> dict[str, float]:
     return {r["page"]: float(r["wall_s"]) for r in stored.get("pages", [])}
 
 
+def slowest(stored: dict) -> str:
+    """The stored page (file stem) that took longest; ``""`` when nothing is stored."""
+    seconds = page_seconds(stored)
+    return max(seconds, key=seconds.get) if seconds else ""
+
+
 def about(seconds: float) -> str:
     """A rounded duration for prose: "about 9 s", "about 15 s", "about 2.5 min"."""
     if seconds < 100:
@@ -148,6 +155,9 @@ class PageTime(SphinxRole):
         self.env.note_dependency(str(path))
         stored = load(ROOT, mode)
         seconds = page_seconds(stored)
+        named = page == "slowest"
+        if named:
+            page = slowest(stored)
         if page not in seconds:
             return self._fail(
                 f"pagetime: no stored {mode}-mode run time for page {page!r} in {path.name} "
@@ -156,6 +166,9 @@ class PageTime(SphinxRole):
         text = about(seconds[page])
         if cores(stored):
             text += " on " + cores(stored)
+        if named:
+            return [_doc(page, self.env.docname), nodes.Text(" ("),
+                    _ref(STATUS_LABEL, text, self.env.docname), nodes.Text(")")], []
         return [_ref(STATUS_LABEL, text, self.env.docname)], []
 
     def _fail(self, message: str):
