@@ -103,6 +103,21 @@ def test_every_stored_file_ships_with_the_package():
     assert not missing, f"results/ files the package would not ship: {missing}"
 
 
+def test_benchmark_records_ship_with_the_package_and_load():
+    """benchmarks/results/*.json ships as topicmech.stored_benchmarks, and results.benchmark
+    reads a record (chapters 5 and 8 read tied_attention) or names the folders it looked in."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert "topicmech.stored_benchmarks" in tool["packages"], tool["packages"]
+    assert tool["package-dir"]["topicmech.stored_benchmarks"] == "benchmarks/results"
+    assert tool["package-data"]["topicmech.stored_benchmarks"] == ["*.json"]
+    record = results.benchmark("tied_attention")
+    assert record == json.loads((ROOT / "benchmarks" / "results" / "tied_attention.json").read_text())
+    with pytest.raises(FileNotFoundError, match="no benchmark record nothing_here.json"):
+        results.benchmark("nothing_here")
+    with pytest.raises(ValueError, match="file stem"):
+        results.benchmark("tied_attention.json")
+
+
 def test_load_looks_in_order_and_names_where_it_looked(tmp_path, monkeypatch):
     """TOPICMECH_RESULTS first, then the repository's results/; a missing file names every folder."""
     monkeypatch.setenv("TOPICMECH_RESULTS", str(tmp_path))
@@ -131,7 +146,7 @@ def test_the_built_wheel_reads_its_own_copy(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("topicmech", "results"):
+    for name in ("topicmech", "results", "benchmarks/results"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
@@ -144,10 +159,12 @@ def test_the_built_wheel_reads_its_own_copy(tmp_path):
     script = ("import json, topicmech, topicmech.results as r\n"
               "names = sorted(p.name[:-5] for p in r.RESULTS_DIR.iterdir() if p.name.endswith('.json'))\n"
               "print(json.dumps({'file': topicmech.__file__, 'where': [w for w, _ in r.locations()],\n"
-              "                  'names': names, 'loaded': [r.load(n).name for n in names]}))\n")
+              "                  'names': names, 'loaded': [r.load(n).name for n in names],\n"
+              "                  'tied': r.benchmark('tied_attention')['setting']}))\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True)
     got = json.loads(out.stdout)
     assert got["file"].startswith(str(tmp_path / "site")), got["file"]
     assert got["where"] == ["the copy installed with the package"], got["where"]
     assert got["names"] == got["loaded"] == STORED
+    assert got["tied"]["doc_len"] == 32, got["tied"]                # a benchmark record too

@@ -50,12 +50,14 @@ from .runner import run_seeds
 from .utils import check_seeds, run_mode, seed_offset
 
 __all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "provenance", "store", "load", "rerun",
-           "locations"]
+           "locations", "benchmark"]
 
 _ENV = "TOPICMECH_RESULTS"
 _REPO = Path(__file__).resolve().parents[1]
 #: the installed copy: package data ``topicmech/stored/*.json`` (``results/`` mapped in pyproject.toml)
 _PACKAGED = "stored"
+#: the installed copy of ``benchmarks/results/*.json``
+_PACKAGED_BENCHMARKS = "stored_benchmarks"
 
 
 def _checkout_dir() -> Path | None:
@@ -357,6 +359,31 @@ def load(name: str, *, directory: str | os.PathLike | None = None) -> StoredResu
     looked = "; ".join(f"{label}: {folder}" for label, folder in where) or "nowhere (no folder of results found)"
     raise FileNotFoundError(f"no stored result {filename}; looked in {looked}. It is written by a script in "
                             f"scripts/results/ of the repository; set {_ENV} to a folder that holds it")
+
+
+def benchmark(name: str) -> dict[str, Any]:
+    """The stored benchmark record ``benchmarks/results/<name>.json`` (written by a script in
+    ``benchmarks/``), as a dict: read from the repository in a checkout, else from the copy
+    installed with the package. ``ValueError`` naming ``name`` if it is not a plain file stem;
+    ``FileNotFoundError`` naming every folder looked in."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.endswith(".json"):
+        raise ValueError(f"name must be a benchmark record's file stem (as 'tied_attention'), got {name!r}")
+    folders: list[Any] = []
+    checkout = _REPO / "benchmarks" / "results"
+    if (_REPO / "pyproject.toml").is_file() and checkout.is_dir():
+        folders.append(checkout)
+    try:
+        packaged = importlib.resources.files(__package__).joinpath(_PACKAGED_BENCHMARKS)
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - imported outside the package
+        packaged = None
+    if packaged is not None and packaged.is_dir():
+        folders.append(packaged)
+    for folder in folders:
+        path = folder.joinpath(f"{name}.json")
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    looked = "; ".join(str(f) for f in folders) or "nowhere (no benchmarks/results found)"
+    raise FileNotFoundError(f"no benchmark record {name}.json; looked in {looked}")
 
 
 def rerun(result: StoredResult, seeds: Sequence[int] | None = None, **changes: Any) -> list[dict[str, Any]]:
