@@ -207,6 +207,27 @@ def test_reaching_step_references():
         traces.reaching_step(steps, np.array([0, 1, np.nan, 2, 3, 4.0]))
 
 
+def test_curve_timings_use_one_level_for_all_matrices():
+    # W^V moves 10-fold less in all, but reaches the level no earlier than W^K
+    row = {"x.curve_step": [0.0, 50.0, 100.0, 150.0],
+           "x.curve_W_V": [0.0, 0.6, 0.7, 0.7],
+           "x.curve_W_K": [0.0, 2.0, 4.0, 7.0],
+           "x.curve_W_Q": [0.0, 0.1, 0.2, 0.3],
+           "x.curve_attn_contrast": [0.0, 0.05, 1.0, 0.5]}
+    ct = dynamics.curve_timings(row, "x.")
+    assert ct["W_V_level_step"] == ct["W_K_level_step"] == 50.0
+    assert math.isnan(ct["W_Q_level_step"])                 # never reaches 0.5
+    assert (ct["W_V_at"], ct["W_K_at"]) == (0.6, 2.0)
+    assert ct["t_A_peak"] == 100.0                          # 10% of the peak 1.0, not of 0.5
+    assert dynamics.curve_timings(row, "x.", level=5.0, at_step=100)["W_K_level_step"] == 150.0
+    with pytest.raises(ValueError, match="level"):
+        dynamics.curve_timings(row, "x.", level=0.0)
+    with pytest.raises(ValueError, match="at_step"):
+        dynamics.curve_timings(row, "x.", at_step=60)
+    with pytest.raises(ValueError, match="prefix"):
+        dynamics.curve_timings(row, "y.")
+
+
 def test_stage_times_on_a_synthetic_history():
     h = History(probe_step=[0, 10, 20, 30, 40, 50])
     h.probes = {"value_gap": [1.0, 0.2, 0.1, 0.1, 0.1, 0.1], "attn_contrast": [0, 0, 0, 0.01, 0.2, 1.0]}

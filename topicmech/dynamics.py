@@ -7,7 +7,7 @@ of uniform attention, and ``A = model.key_query_matrix()`` is indexed ``A[key, q
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,12 +40,13 @@ from .setting import Setting
 from .traces import closing_step, growth_rate, loglog_slope, reaching_step
 from .train import History
 from .train import train as _train
-from .utils import check_matrix, check_positive_int
+from .utils import check_float, check_matrix, check_positive_int
 
 __all__ = [
     "value_gap", "attention_stats", "standard_probes", "gradient_norms",
     "GradientScaling", "gradient_scaling", "StageTimes", "stage_times", "JointRun", "train_joint",
-    "run_summary", "joint_metrics", "weight_probes", "weight_timings", "stage_metrics", "two_stage_seed",
+    "run_summary", "joint_metrics", "weight_probes", "weight_timings", "stage_metrics", "curve_timings",
+    "two_stage_seed",
     "CONVENTIONS", "CURVE_EVERY", "onset_amplitude", "scale_sweep_seed", "SWEEP_METRICS",
     "uniform_descent_gap",
 ]
@@ -479,6 +480,38 @@ def stage_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
     for n in ("W_V", "W_K", "W_Q"):
         out[f"curve_{n}"] = run.probe(f"{n}_move")[keep].tolist()
     out["curve_attn_contrast"] = run.probe("attn_contrast")[keep].tolist()
+    return out
+
+
+def curve_timings(row: Mapping[str, Any], prefix: str, *, level: float = 0.5,
+                  at_step: int = CURVE_EVERY) -> dict[str, float]:
+    """Timings on one absolute yardstick, read from the curves that :func:`stage_metrics` stores.
+
+    ``row`` holds ``prefix + "curve_step"``, ``"curve_W_V"``, ``"curve_W_K"``, ``"curve_W_Q"`` and
+    ``"curve_attn_contrast"`` (e.g. a stored row with ``prefix="sgd.code."``). For each of
+    ``W_V``, ``W_K``, ``W_Q``: ``"<W>_level_step"``, the first curve step at which
+    ``||W - W(0)||_F`` reaches ``level``, the same level for all three matrices (unlike the
+    run-relative ``"<W>_leave"`` of :func:`weight_timings`; nan if it never does), and
+    ``"<W>_at"``, the distance at curve step ``at_step``. ``"t_A_peak"`` is the first curve step at
+    which the attention contrast has covered 10% of its rise to its peak (nan if it never rises).
+    Curve steps are :data:`CURVE_EVERY` apart, so every step here is read up to that many late.
+    """
+    level = check_float("level", level)
+    key = prefix + "curve_step"
+    if key not in row:
+        raise ValueError(f"row has no curves under prefix {prefix!r} (no {key!r})")
+    steps = np.asarray(row[key], dtype=float)
+    where = np.nonzero(steps == at_step)[0]
+    if where.size == 0:
+        raise ValueError(f"at_step={at_step!r} is not a curve step (curves every {CURVE_EVERY} steps)")
+    out: dict[str, float] = {}
+    for n in ("W_V", "W_K", "W_Q"):
+        move = np.asarray(row[f"{prefix}curve_{n}"], dtype=float)
+        hit = np.nonzero(move >= level)[0]
+        out[f"{n}_level_step"] = float(steps[hit[0]]) if hit.size else math.nan
+        out[f"{n}_at"] = float(move[where[0]])
+    peak = reaching_step(steps, row[f"{prefix}curve_attn_contrast"], 0.1, "max")
+    out["t_A_peak"] = math.nan if peak is None else float(peak)
     return out
 
 
