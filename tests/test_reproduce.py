@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import fast
+from topicmech import fast, stats
 from topicmech import reproduce as rp
 
 
@@ -417,29 +417,12 @@ def test_released_learned_run_matches_the_authors_statements_page() -> None:
     assert f"| dev loss after 1,001 updates | {run['dev_loss']:.3f} |" in page
 
 
-def test_verdict_parts_reads_both_kinds_of_verdict() -> None:
-    v = rp.magnitude_verdict({"same_word": 1.0, "same_topic": 3.0, "diff_topic": 1.5},
-                             {"same_word": 2.0, "same_topic": 3.0, "diff_topic": 1.0})
-    parts = rp.verdict_parts(v)
-    assert parts["class"] == "partly" and parts["held"] == ["direction"]
-    assert parts["missed"] == ["ratio", "order"] and parts["excess"] == 0.5
-    s = rp.verdict_parts("partly: holds W^V level (no evidence: starts in the band), order; "
-                         "misses K/Q timing, W^V timing (at the edge: 600)")
-    assert s["held"] == ["W^V level", "order"] and s["missed"] == ["K/Q timing", "W^V timing"]
-    assert rp.verdict_parts("reproduced: holds all five parts")["held"] == ["all"]
-    nr = rp.verdict_parts("not reproduced: misses direction (same topic not above diff. "
-                          "topic; ratio 1.000)")
-    assert nr["missed"] == ["direction"] and nr["excess"] is None
-    with pytest.raises(ValueError, match="verdict"):
-        rp.verdict_parts("partly")
-
-
 def test_reported_bounds_use_the_spread_or_the_last_digit() -> None:
-    assert rp.reported_bounds("0.010", 0.000392) == pytest.approx((0.0095, 0.0105))
-    assert rp.reported_bounds("0.0108", 0.000657) == pytest.approx((0.010143, 0.011457))
-    assert rp.reported_bounds("0.0105", float("nan")) == pytest.approx((0.01045, 0.01055))
+    assert stats.reported_bounds("0.010", 0.000392) == pytest.approx((0.0095, 0.0105))
+    assert stats.reported_bounds("0.0108", 0.000657) == pytest.approx((0.010143, 0.011457))
+    assert stats.reported_bounds("0.0105", float("nan")) == pytest.approx((0.01045, 0.01055))
     with pytest.raises(ValueError, match="text"):
-        rp.reported_bounds("ten")
+        stats.reported_bounds("ten")
 
 
 def test_prediction_interval_is_wider_than_the_mean_interval() -> None:

@@ -11,12 +11,9 @@ class (its released-code switches) and the one training loop (fixed masks, shuff
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -33,7 +30,7 @@ from .utils import check_choice, check_float, check_positive_int, make_generator
 __all__ = ["RELATIONS", "RELEASED_IDS", "RELEASED_LEARNED_RUN", "ReleasedCodeRun", "released_code_corpus",
            "released_code_masks", "released_code_run", "released_code_metrics", "magnitude_verdict",
            "category_order", "order_text", "ORDER_NAMES",
-           "stage_verdict", "verdict_parts", "reported_bounds", "AUTHORS_STAGES", "rerun_comparison", "attention_table_metrics", "AUTHORS_ROWS",
+           "stage_verdict", "AUTHORS_STAGES", "rerun_comparison", "attention_table_metrics", "AUTHORS_ROWS",
            "topic_gaps", "SyntheticRun", "authors_lda", "authors_attention_categories", "synthetic_run",
            "deep_norms", "all_trained_gram", "leave_zero_step", "flattened", "timings_at_horizon", "verdict", "DEEP_HORIZONS",
            "deep_norm_metrics", "deep_bump_metrics", "stage_steps", "EMBEDDING_SETTINGS", "all_trained_metrics"]
@@ -632,58 +629,6 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     if not order:
         missed.append(f"order ({'tie: ' if tied else ''}{order_text(ours, intervals)})")
     return f"partly: holds {', '.join(held)}; misses {', '.join(missed)}"
-
-
-def _top_level_split(text: str, sep: str) -> list[str]:
-    """``text`` split at ``sep`` where it lies outside parentheses."""
-    pieces, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        depth += (c == "(") - (c == ")")
-        if depth == 0 and text.startswith(sep, i):
-            pieces.append(text[start:i])
-            start = i = i + len(sep)
-            continue
-        i += 1
-    return pieces + [text[start:]]
-
-
-def verdict_parts(verdict: str) -> dict[str, Any]:
-    """A verdict of :func:`magnitude_verdict` or :func:`stage_verdict` split into its parts.
-
-    Returns ``{"class": ..., "held": [...], "missed": [...], "excess": float | None}``: the class
-    (the text before ``": "``), the names of the parts that hold and that miss, without their
-    parenthesised details (``"ratio (excess x1.53)"`` gives ``"ratio"``), and the excess factor
-    printed in the verdict, if any. ``"holds all five parts"`` lists no names (``held`` is
-    ``["all"]``)."""
-    if not isinstance(verdict, str) or ": " not in verdict:
-        raise ValueError(f"verdict must read 'class: why', got {verdict!r}")
-    cls, _, why = verdict.partition(": ")
-    held: list[str] = []
-    missed: list[str] = []
-    for clause in _top_level_split(why, "; "):
-        kind, _, rest = clause.partition(" ")
-        names = [re.sub(r"\s*\(.*\)$", "", n).strip() for n in _top_level_split(rest, ", ")]
-        if kind == "holds":
-            held += ["all"] if names[:1] == ["all five parts"] else names
-        elif kind == "misses":
-            missed += names
-    m = re.search(r"excess x([0-9.]+)", why)
-    return {"class": cls, "held": held, "missed": missed, "excess": float(m.group(1)) if m else None}
-
-
-def reported_bounds(text: str, spread: float | None = None) -> tuple[float, float]:
-    """The range of a value reported as ``text`` (e.g. ``"0.010"``) with a ``spread`` (e.g. a
-    standard deviation; ``None`` or NaN when none is given): the value plus or minus the larger
-    of the spread and half a unit of its last reported digit (``"0.010"`` is known to 0.0005)."""
-    try:
-        value = Decimal(text)
-    except (InvalidOperation, TypeError):
-        raise ValueError(f"text must be a number as reported, got {text!r}") from None
-    half = float(Decimal(1).scaleb(value.as_tuple().exponent)) / 2
-    sd = 0.0 if spread is None or math.isnan(spread) else check_float("spread", spread, positive=False)
-    width = max(half, sd)
-    return float(value) - width, float(value) + width
 
 
 #: The authors' two-stage figure read as levels and timing: the norms at step 1,000 (``W^V`` 1.3
