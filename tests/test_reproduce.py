@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from topicmech import fast
+from topicmech import fast, stats
 from topicmech import reproduce as rp
 
 
@@ -415,3 +415,21 @@ def test_released_learned_run_matches_the_authors_statements_page() -> None:
     norms = ", ".join(f"{run[f'W_{m}_at_1000']:.1f}" for m in "KQV")
     assert f"| {norms} |" in page
     assert f"| dev loss after 1,001 updates | {run['dev_loss']:.3f} |" in page
+
+
+def test_reported_bounds_use_the_spread_or_the_last_digit() -> None:
+    assert stats.reported_bounds("0.010", 0.000392) == pytest.approx((0.0095, 0.0105))
+    assert stats.reported_bounds("0.0108", 0.000657) == pytest.approx((0.010143, 0.011457))
+    assert stats.reported_bounds("0.0105", float("nan")) == pytest.approx((0.01045, 0.01055))
+    with pytest.raises(ValueError, match="text"):
+        stats.reported_bounds("ten")
+
+
+def test_prediction_interval_is_wider_than_the_mean_interval() -> None:
+    from topicmech import results
+    x = [1.0, 2.0, 3.0, 4.0]
+    lo, hi = results.prediction_interval(x)
+    iv = results.interval(x)
+    assert lo < iv.lo and hi > iv.hi and (lo + hi) / 2 == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="two or more"):
+        results.prediction_interval([1.0])

@@ -49,8 +49,8 @@ from scipy import stats as _scipy_stats
 from .runner import run_seeds
 from .utils import check_seeds, run_mode, seed_offset
 
-__all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "provenance", "store", "load", "rerun",
-           "locations", "benchmark"]
+__all__ = ["RESULTS_DIR", "Interval", "StoredResult", "interval", "prediction_interval", "provenance",
+           "store", "load", "rerun", "locations", "benchmark"]
 
 _ENV = "TOPICMECH_RESULTS"
 _REPO = Path(__file__).resolve().parents[1]
@@ -131,6 +131,18 @@ def interval(values: Iterable[float], *, level: float = 0.95) -> Interval:
     if x.size > 1:
         half = float(_scipy_stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return Interval(mean, mean - half, mean + half, float(x.min()), float(x.max()), int(x.size), level)
+
+
+def prediction_interval(values: Iterable[float], *, level: float = 0.95) -> tuple[float, float]:
+    """The two-sided t prediction interval at ``level`` for one new value drawn like ``values``
+    (independent, roughly normal): ``mean -+ t * sd * sqrt(1 + 1/n)``; needs two values or more."""
+    x = np.asarray(list(values), dtype=float)
+    if x.size < 2 or not np.all(np.isfinite(x)):
+        raise ValueError(f"prediction_interval needs two or more finite values, got {x.tolist()}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    half = float(_scipy_stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) * math.sqrt(1 + 1 / x.size))
+    return float(x.mean()) - half, float(x.mean()) + half
 
 
 def _git_commit() -> str:

@@ -9,6 +9,7 @@ tests re-check the same claims over many seeds with the same functions.
 from __future__ import annotations
 
 import math
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from .data import SimplifiedTopicModel, TopicModel
 
 __all__ = ["doc_counts", "count_chi2", "pair_stats", "max_abs_z", "distinct_topics_moments", "relative_errors",
-           "block_share"]
+           "block_share", "reported_bounds"]
 
 
 def doc_counts(tokens: torch.Tensor, size: int) -> np.ndarray:
@@ -140,3 +141,18 @@ def relative_errors(learned: Any, target: Any, attend_to_masked: bool) -> dict[s
         "mask_col": ((learned.mask_col - target.mask_col) / target.mask_col if attend_to_masked
                      else learned.mask_col),
     }
+
+
+def reported_bounds(text: str, spread: float | None = None) -> tuple[float, float]:
+    """The range of a value reported as ``text`` (e.g. ``"0.010"``) with a ``spread`` (e.g. a
+    standard deviation; ``None`` or NaN when none is given): the value plus or minus the larger
+    of the spread and half a unit of its last reported digit (``"0.010"`` is known to 0.0005)."""
+    try:
+        value = Decimal(text)
+    except (InvalidOperation, TypeError):
+        raise ValueError(f"text must be a number as reported, got {text!r}") from None
+    half = float(Decimal(1).scaleb(value.as_tuple().exponent)) / 2
+    if spread is not None and not math.isnan(float(spread)) and not float(spread) >= 0:
+        raise ValueError(f"spread must be >= 0, got {spread!r}")
+    sd = 0.0 if spread is None or math.isnan(float(spread)) else float(spread)
+    return float(value) - max(half, sd), float(value) + max(half, sd)
