@@ -92,11 +92,12 @@ LECTURES = [
     Lecture("real-metric", "08_real_text", (
         "The authors' metric", "Ten replicates", "What transfers", "Summary")),
     Lecture("learned-text", "09_learned_text"),
+    Lecture("repro-replay", "reproduction", (
+        OPENING, "The authors' numbers", "The released code")),
     Lecture("repro-tables", "reproduction", (
-        OPENING, "The authors' numbers", "The released code", "The attention table",
-        "Embeddings with", "The Wikipedia tables", "Provenance")),
-    Lecture("repro-stages", "reproduction", (
-        "The two stages", "Four layers", "Verdicts", "Summary")),
+        "The attention table", "Embeddings with", "The Wikipedia tables", "Provenance")),
+    Lecture("repro-stages", "reproduction", ("The two stages",)),
+    Lecture("repro-verdicts", "reproduction", ("Four layers", "Verdicts", "Summary")),
 ]
 
 
