@@ -424,7 +424,7 @@ def test_released_code_switches_off_by_default_and_consistent() -> None:
     assert torch.equal(plain.effective_value_matrix(), plain.value_matrix())
     m = OneLayerTransformer(11, attention="learned", attend_to_masked=False, input_norm=True,
                             attention_bias=True, init="torch", pad_id=10, seed=2)
-    assert m.released_code_switches and float(m.W_V.abs().max()) <= 1 / math.sqrt(11)
+    assert m.released_code_switches and float(m.W_V.detach().abs().max()) <= 1 / math.sqrt(11)
     x = torch.randint(10, (3, 7))
     x[:, -2:] = 10                                                     # padding
     pattern = m.attention_pattern(x)
