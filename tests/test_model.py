@@ -427,10 +427,10 @@ def test_released_code_switches_off_by_default_and_consistent() -> None:
     assert m.released_code_switches and float(m.W_V.detach().abs().max()) <= 1 / math.sqrt(11)
     x = torch.randint(10, (3, 7))
     x[:, -2:] = 10                                                     # padding
-    pattern = m.attention_pattern(x)
+    pattern = m.attention_pattern(x).detach()
     assert float(pattern[..., -2:].abs().max()) == 0.0                 # padding is never a key
     small = OneLayerTransformer(11, attend_to_masked=False, init="uniform", init_scale=1e-3, seed=0)
-    assert 0 <= float(small.W_V.min()) and float(small.W_V.max()) < 1e-3
+    assert 0 <= float(small.W_V.detach().min()) and float(small.W_V.detach().max()) < 1e-3
     u = OneLayerTransformer(11, attend_to_masked=False, input_norm=True, attention_bias=True,
                             pad_id=10, seed=1)
     sel = torch.zeros(3, 7, dtype=torch.bool)
