@@ -41,9 +41,11 @@ echo "--- fresh environment in $WORK/venv ($("$PYTHON" --version))"
 "$PYTHON" -m venv "$WORK/venv"
 PY="$WORK/venv/bin/python"
 # the package alone, as pip would take it from the repository (no tests, no book, no .venv):
-# its code and the stored results (results/*.json), which it ships as topicmech/stored/
-mkdir -p "$WORK/src"
+# its code, the stored results (results/*.json), which it ships as topicmech/stored/, and the
+# stored benchmark records (benchmarks/results/*.json), shipped as topicmech/stored_benchmarks/
+mkdir -p "$WORK/src/benchmarks"
 cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/LICENSE" "$REPO/topicmech" "$REPO/results" "$WORK/src/"
+cp -r "$REPO/benchmarks/results" "$WORK/src/benchmarks/"
 find "$WORK/src/topicmech" -name __pycache__ -prune -exec rm -rf {} +
 quiet() { { grep -v "^WARNING: Location 'file:" || true; } >&2; }  # this machine's pip config: noise
 "$PY" -m pip install -q --no-compile "$TORCH_PIN" 2>&1 | quiet   # .pyc compiled on first import instead
@@ -71,6 +73,7 @@ assert [label for label, _ in where] == ["the copy installed with the package"],
 names = sorted(p.stem for p in Path(repo, "results").glob("*.json"))
 assert [results.load(n).name for n in names] == names
 print(f"{len(names)} stored results from {where[0][1]}")
+assert results.benchmark("tied_attention")["setting"]["doc_len"] == 32  # the installed copy
 glue = "myst_nb's glue" if importlib.util.find_spec("myst_nb") else "the notebooks' stand-in glue (no myst_nb)"
 print(f"topicmech {topicmech.__version__} from {topicmech.__file__}; {glue}")
 EOF

@@ -87,10 +87,9 @@ LECTURES = [
     Lecture("beyond", "07_beyond"),
     Lecture("real-embeddings", "08_real_text", (
         OPENING, "The text, the topics", "(a) Token", "(b) Attention")),
-    Lecture("real-conventions", "08_real_text", (
-        "Same word, same topic", "The same probe")),
+    Lecture("real-conventions", "08_real_text", ("Same word, same topic",)),
     Lecture("real-metric", "08_real_text", (
-        "The authors' metric", "Ten replicates", "What transfers", "Summary")),
+        "The same probe", "The authors' metric", "Ten replicates", "What transfers", "Summary")),
     Lecture("learned-text", "09_learned_text"),
     Lecture("repro-replay", "reproduction", (
         OPENING, "The authors' numbers", "The released code")),
