@@ -433,3 +433,13 @@ def test_prediction_interval_is_wider_than_the_mean_interval() -> None:
     assert lo < iv.lo and hi > iv.hi and (lo + hi) / 2 == pytest.approx(2.5)
     with pytest.raises(ValueError, match="two or more"):
         results.prediction_interval([1.0])
+
+
+def test_the_statements_page_gives_the_released_learned_run_environment() -> None:
+    # one record (the package) and one page that types it for readers: they must agree
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "authors_statements.md").read_text()
+    env = rp.RELEASED_LEARNED_RUN_ENVIRONMENT
+    assert f"needed Transformers {env['transformers']}" in page
+    assert env["date"] in page
