@@ -225,3 +225,8 @@ def test_tied_convergence_seed_keys_and_bad_input():
         stage2.tied_convergence_seed(0, doc_lens=[16, 32], num_docs=[500])
     with pytest.raises(ValueError, match="conventions"):
         stage2.tied_convergence_seed(0, doc_lens=[16], num_docs=[500], conventions=["both"])
+
+
+def test_conventions_seed_names_a_bad_size():
+    with pytest.raises(ValueError, match="size must be 'quick' or 'full', got 'paper'"):
+        stage2.conventions_seed(0, size="paper")
