@@ -253,7 +253,7 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
                     word_topics: WordTopics, *, max_pieces: int = 128, chunks_per_doc: int | None = 2,
                     max_docs: int | None = None, pieces: PieceMode = "sum", min_distance: int = 0,
                     batch_size: int = 16, n_boot: int = 10000, level: float = 0.95, seed: int = 0,
-                    cache: dict | None = None) -> AttentionStats:
+                    cache: dict | None = None, key_baseline: bool = False) -> AttentionStats:
     """Statistic (b): attention between same-topic vs different-topic words, per layer and head:
     ``chunks_per_doc`` passages of at most ``max_pieces`` pieces (:func:`~topicmech.alignment.chunk_text`) are drawn from each of
     ``max_docs`` drawn documents (None: all). Each head's attention is pooled to words (:func:`~topicmech.alignment.pool_attention`),
@@ -261,6 +261,12 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     the interval resamples documents (:func:`~topicmech.word_pairs.attention_stats_from_sums`). ``seed`` draws passages and replicates;
     a ``cache`` dict reuses the forward passes of an earlier call on the same model object and passages
     (see :func:`probe`).
+
+    ``key_baseline=True`` is a control for keys that every query favours: in each passage and head, every
+    (query, key) weight is first reduced by the mean weight that key receives from the word queries the
+    statistic reads it with (every other word with a topic at least ``min_distance`` away; a key with none
+    keeps its weight). A head whose attention depends on the key alone then has every relation mean, and
+    its gap, exactly 0; the forward passes, pairs and bootstrap are those of ``key_baseline=False``.
     """
     check_choice("pieces", pieces, ("sum", "first"))
     if len(word_topics) == 0:
@@ -274,9 +280,16 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     sums, counts = np.zeros((len(row), 4) + tuple(atts[0].shape[:2])), np.zeros((len(row), 4))
     for (d, c), m, a, s in zip(chunks, masks, atts, sels):
         if m.any():
+            w = m.astype(np.float64)                                                 # (4, W, W)
+            if key_baseline:
+                # minus the key's mean over the queries read with it: still linear in the pooled weights
+                reads = m[1:].any(axis=0)                                            # (W, W)
+                n = reads.sum(axis=0)                                                # (W,) per key
+                per_key = np.divide(m.sum(axis=1), n, out=np.zeros(m.shape[::2]), where=n > 0)  # (4, W)
+                w -= reads[None] * per_key[:, None, :]
             # sum over a mask of the pooled attention, (query @ A @ key) . m = A . (query.T @ m @ key.T)
             query, key = pooling_matrices(c.word_index, pieces, torch.float64)
-            weights = (query.T @ torch.as_tensor(m, dtype=torch.float64) @ key.T)[:, s[:, None], s]    # (4, k, k)
+            weights = (query.T @ torch.as_tensor(w) @ key.T)[:, s[:, None], s]                 # (4, k, k)
             sums[row[d]] += c.num_pieces * torch.einsum("lhpq,rpq->rlh", a.double(), weights).numpy()
             counts[row[d]] += m.sum(axis=(1, 2))
     return attention_stats_from_sums(sums, counts, n_boot=n_boot, level=level, seed=seed, num_chunks=len(chunks),
