@@ -730,3 +730,26 @@ def test_attention_stats_key_baseline(tok, pieces):
                                       key_baseline=True)
     for r, arr in enumerate((st.self_, st.same_word, st.same_topic, st.diff_topic)):
         np.testing.assert_allclose(arr, expected[r], rtol=1e-9, atol=1e-12)
+
+
+def test_special_token_share_from_cache_and_fresh(tok):
+    corpus = tc.corpus_from_texts([
+        "The cat and the dog chased the cat near the car and the bus.",
+        "A bus and a car. The dog sleeps.",
+    ], name="tiny-special")
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1})
+    kw = dict(max_pieces=12, chunks_per_doc=None)
+    # uniform attention over P pieces: two special tokens get 2 / P from every query
+    uniform = tp.special_token_share(_UniformAttention(), tok, corpus, **kw)
+    chunks = ta.draw_passages(tok, corpus, 12, None, None, 0)
+    expected = np.array([2 / c.num_pieces for _, c in chunks])
+    assert uniform.shape == (len(chunks), 2, 3)
+    np.testing.assert_allclose(uniform, expected[:, None, None] * np.ones((1, 2, 3)), rtol=1e-6)
+    # from the forward passes an attention_stats call left in the cache: no new pass, the same numbers
+    model, cache = _WavyAttention(), {}
+    tp.attention_stats(model, tok, corpus, wt, cache=cache, n_boot=50, **kw)
+    calls = model.calls
+    cached = tp.special_token_share(model, tok, corpus, cache=cache, **kw)
+    assert model.calls == calls
+    np.testing.assert_allclose(cached, tp.special_token_share(_WavyAttention(), tok, corpus, **kw), rtol=1e-6)
+    assert ((cached > 0) & (cached < 1)).all()

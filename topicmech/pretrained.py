@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["bundled_model_path", "load_tokenizer", "load_encoder", "random_encoder", "embedding_stats",
-           "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "authors_metric",
-           "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate", "authors_wikipedia_table",
+           "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "special_token_share",
+           "authors_metric", "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate", "authors_wikipedia_table",
            "AUTHORS_FRACTIONS"]
 
 def bundled_model_path() -> Path:
@@ -237,15 +237,41 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
         return hit[0], hit[1]
 
-    def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-        # NumPy arrays: they travel back from a worker by plain pickling
-        return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy()
+    def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[tuple[np.ndarray, ...]]:
+        # NumPy arrays: they travel back from a worker by plain pickling; with each, the passage's special share
+        return [(torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy(),
+                 _special_share(out, i, batch[i][1]))
                 for i, ix in enumerate(torch.as_tensor(sels[k]) for k in index)]
 
-    atts = [torch.from_numpy(a) for a in _map_batches(restrict, model, tokenizer, chunks, batch_size)]
+    both = _map_batches(restrict, model, tokenizer, chunks, batch_size)
+    atts = [torch.from_numpy(a) for a, _ in both]
     if cache is not None:
-        cache[key] = (atts, sels, model)
+        cache[key] = (atts, sels, model, [sh for _, sh in both])
     return atts, sels
+
+
+def _special_share(out: tuple[torch.Tensor, ...], i: int, c: WordAlignment) -> np.ndarray:
+    """``(L, H)``: passage ``i`` of a batch, the weight its word pieces put on its special tokens, averaged over
+    the word pieces as queries."""
+    special = torch.as_tensor(c.word_index < 0)
+    a = torch.stack([o[i, :, :c.num_pieces, :c.num_pieces] for o in out]).double()        # (L, H, P, P)
+    return a[:, :, ~special][..., special].sum(-1).mean(-1).numpy()
+
+
+@torch.no_grad()
+def special_token_share(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, corpus: Corpus, *,
+                        max_pieces: int = 128, chunks_per_doc: int | None = 2, max_docs: int | None = None,
+                        batch_size: int = 16, seed: int = 0, cache: dict | None = None) -> np.ndarray:
+    """``(passages, L, H)``: the share of the word pieces' attention that goes to the special tokens (``[CLS]``,
+    ``[SEP]``), averaged over the word pieces as queries, on the passages :func:`attention_stats` draws with the
+    same arguments; read from the forward passes a ``cache`` dict holds when one such call filled it."""
+    chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
+    key = (id(model), batch_size, tuple(c.input_ids.tobytes() for _, c in chunks))
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None and hit[2] is model:
+        return np.stack(hit[3])
+    return np.stack(_map_batches(lambda index, batch, out: [_special_share(out, i, c) for i, (_, c) in
+                                                            enumerate(batch)], model, tokenizer, chunks, batch_size))
 
 
 @torch.no_grad()
