@@ -330,15 +330,21 @@ class _WavyAttention(torch.nn.Module):
         return SimpleNamespace(attentions=tuple(out))
 
 
-def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="sum"):
-    """Pooled attention per relation summed over all passages, with pool_attention and the masks."""
+def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="sum", key_baseline=False):
+    """Pooled attention per relation summed over all passages, with pool_attention and the masks (with
+    ``key_baseline``, each key's mean over the other-word queries of the pairs read is subtracted first)."""
     sums, counts = np.zeros((4, model.layers, model.heads)), np.zeros(4)
     for text in corpus.texts:
         for c in ta.chunk_text(tok, text, max_pieces=12):
             out = model(torch.as_tensor(c.input_ids)[None], torch.ones(1, c.num_pieces, dtype=torch.long))
             att = torch.stack(out.attentions, dim=1)[0].double()                              # (L, H, P, P)
             wp = ta.pool_attention(att, c.word_index, pieces=pieces).numpy() * c.num_pieces
-            for r, m in enumerate(tw.relation_masks_for_words(c.words, wt, min_distance=min_distance).values()):
+            masks = tw.relation_masks_for_words(c.words, wt, min_distance=min_distance)
+            if key_baseline:
+                reads = np.stack(list(masks.values())[1:]).any(axis=0)                         # (W, W)
+                for k in np.flatnonzero(reads.any(axis=0)):
+                    wp[..., :, k] -= wp[..., reads[:, k], k].mean(axis=-1)[..., None]
+            for r, m in enumerate(masks.values()):
                 sums[r] += wp[..., m].sum(axis=-1)
                 counts[r] += m.sum()
     return sums / counts[:, None, None]
@@ -680,3 +686,70 @@ def test_authors_wikipedia_table_is_their_reported_table_in_long_form():
     assert t.query("model == 'BERT, random init' and overlap").iloc[:, 3:].isna().all().all()
     t.loc[0, "attention_ratio"] = 0.0                     # a fresh copy on each call
     assert tp.authors_wikipedia_table().loc[0, "attention_ratio"] == 1.32
+
+
+class _KeyOnlyAttention(_WavyAttention):
+    """Stub encoder whose attention depends on the key alone: every query of a passage has the same row."""
+
+    def forward(self, input_ids, attention_mask, output_attentions=True):
+        self.calls += 1
+        ids = input_ids.double()
+        out = []
+        for layer in range(self.layers):
+            h = torch.arange(self.heads, dtype=torch.float64)[None, :, None, None]
+            logits = torch.sin(5 * ids[:, None, None, :] + h + layer).expand(-1, -1, ids.shape[1], -1)
+            logits = logits.masked_fill(attention_mask[:, None, None, :] == 0, float("-inf"))
+            out.append(torch.softmax(logits, dim=-1).float())
+        return SimpleNamespace(attentions=tuple(out))
+
+
+@pytest.mark.parametrize("pieces", ["sum", "first"])
+def test_attention_stats_key_baseline(tok, pieces):
+    corpus = tc.corpus_from_texts([
+        "The cat and the dog chased the cat near the car and the bus.",
+        "A bus and a car. The dog sleeps.",
+        "Cats? No: the dog, the car, the bus and the cat again.",
+    ], name="tiny-keys")
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+    kw = dict(max_pieces=12, chunks_per_doc=None, pieces=pieces, n_boot=200)
+    # a head that favours some keys whatever the query: a gap without the control, none with it
+    keys = _KeyOnlyAttention()
+    raw = tp.attention_stats(keys, tok, corpus, wt, **kw)
+    ctl = tp.attention_stats(keys, tok, corpus, wt, key_baseline=True, **kw)
+    assert np.abs(raw.gap).max() > 1e-3
+    for arr in (ctl.same_word, ctl.same_topic, ctl.diff_topic, ctl.gap):
+        np.testing.assert_allclose(arr, 0.0, atol=1e-6)
+    assert np.nanmax(np.abs(ctl.boot_gap)) < 1e-6                 # NaN: a replicate with no pair
+    # against the brute force on uneven attention, from the cached forward passes
+    model, cache = _WavyAttention(), {}
+    tp.attention_stats(model, tok, corpus, wt, cache=cache, min_distance=2, **kw)
+    calls = model.calls
+    st = tp.attention_stats(model, tok, corpus, wt, cache=cache, min_distance=2, key_baseline=True, **kw)
+    assert model.calls == calls
+    expected = _brute_force_attention(_WavyAttention(), tok, corpus, wt, min_distance=2, pieces=pieces,
+                                      key_baseline=True)
+    for r, arr in enumerate((st.self_, st.same_word, st.same_topic, st.diff_topic)):
+        np.testing.assert_allclose(arr, expected[r], rtol=1e-9, atol=1e-12)
+
+
+def test_special_token_share_from_cache_and_fresh(tok):
+    corpus = tc.corpus_from_texts([
+        "The cat and the dog chased the cat near the car and the bus.",
+        "A bus and a car. The dog sleeps.",
+    ], name="tiny-special")
+    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1})
+    kw = dict(max_pieces=12, chunks_per_doc=None)
+    # uniform attention over P pieces: two special tokens get 2 / P from every query
+    uniform = tp.special_token_share(_UniformAttention(), tok, corpus, **kw)
+    chunks = ta.draw_passages(tok, corpus, 12, None, None, 0)
+    expected = np.array([2 / c.num_pieces for _, c in chunks])
+    assert uniform.shape == (len(chunks), 2, 3)
+    np.testing.assert_allclose(uniform, expected[:, None, None] * np.ones((1, 2, 3)), rtol=1e-6)
+    # from the forward passes an attention_stats call left in the cache: no new pass, the same numbers
+    model, cache = _WavyAttention(), {}
+    tp.attention_stats(model, tok, corpus, wt, cache=cache, n_boot=50, **kw)
+    calls = model.calls
+    cached = tp.special_token_share(model, tok, corpus, cache=cache, **kw)
+    assert model.calls == calls
+    np.testing.assert_allclose(cached, tp.special_token_share(_WavyAttention(), tok, corpus, **kw), rtol=1e-6)
+    assert ((cached > 0) & (cached < 1)).all()

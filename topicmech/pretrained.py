@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["bundled_model_path", "load_tokenizer", "load_encoder", "random_encoder", "embedding_stats",
-           "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "authors_metric",
-           "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate", "authors_wikipedia_table",
+           "embedding_stats_by_threshold", "attention_stats", "attention_relation_sums", "special_token_share",
+           "authors_metric", "ProbeResult", "probe", "HEAD_LEVEL", "chapter_replicate", "authors_wikipedia_table",
            "AUTHORS_FRACTIONS"]
 
 def bundled_model_path() -> Path:
@@ -237,15 +237,41 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
         return hit[0], hit[1]
 
-    def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-        # NumPy arrays: they travel back from a worker by plain pickling
-        return [torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy()
+    def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[tuple[np.ndarray, ...]]:
+        # NumPy arrays: they travel back from a worker by plain pickling; with each, the passage's special share
+        return [(torch.stack([a[i][:, ix[:, None], ix] for a in out]).float().numpy(),
+                 _special_share(out, i, batch[i][1]))
                 for i, ix in enumerate(torch.as_tensor(sels[k]) for k in index)]
 
-    atts = [torch.from_numpy(a) for a in _map_batches(restrict, model, tokenizer, chunks, batch_size)]
+    both = _map_batches(restrict, model, tokenizer, chunks, batch_size)
+    atts = [torch.from_numpy(a) for a, _ in both]
     if cache is not None:
-        cache[key] = (atts, sels, model)
+        cache[key] = (atts, sels, model, [sh for _, sh in both])
     return atts, sels
+
+
+def _special_share(out: tuple[torch.Tensor, ...], i: int, c: WordAlignment) -> np.ndarray:
+    """``(L, H)``: passage ``i`` of a batch, the weight its word pieces put on its special tokens, averaged over
+    the word pieces as queries."""
+    special = torch.as_tensor(c.word_index < 0)
+    a = torch.stack([o[i, :, :c.num_pieces, :c.num_pieces] for o in out]).double()        # (L, H, P, P)
+    return a[:, :, ~special][..., special].sum(-1).mean(-1).numpy()
+
+
+@torch.no_grad()
+def special_token_share(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, corpus: Corpus, *,
+                        max_pieces: int = 128, chunks_per_doc: int | None = 2, max_docs: int | None = None,
+                        batch_size: int = 16, seed: int = 0, cache: dict | None = None) -> np.ndarray:
+    """``(passages, L, H)``: the share of the word pieces' attention that goes to the special tokens (``[CLS]``,
+    ``[SEP]``), averaged over the word pieces as queries, on the passages :func:`attention_stats` draws with the
+    same arguments; read from the forward passes a ``cache`` dict holds when one such call filled it."""
+    chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
+    key = (id(model), batch_size, tuple(c.input_ids.tobytes() for _, c in chunks))
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None and hit[2] is model:
+        return np.stack(hit[3])
+    return np.stack(_map_batches(lambda index, batch, out: [_special_share(out, i, c) for i, (_, c) in
+                                                            enumerate(batch)], model, tokenizer, chunks, batch_size))
 
 
 @torch.no_grad()
@@ -253,7 +279,7 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
                     word_topics: WordTopics, *, max_pieces: int = 128, chunks_per_doc: int | None = 2,
                     max_docs: int | None = None, pieces: PieceMode = "sum", min_distance: int = 0,
                     batch_size: int = 16, n_boot: int = 10000, level: float = 0.95, seed: int = 0,
-                    cache: dict | None = None) -> AttentionStats:
+                    cache: dict | None = None, key_baseline: bool = False) -> AttentionStats:
     """Statistic (b): attention between same-topic vs different-topic words, per layer and head:
     ``chunks_per_doc`` passages of at most ``max_pieces`` pieces (:func:`~topicmech.alignment.chunk_text`) are drawn from each of
     ``max_docs`` drawn documents (None: all). Each head's attention is pooled to words (:func:`~topicmech.alignment.pool_attention`),
@@ -261,6 +287,12 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     the interval resamples documents (:func:`~topicmech.word_pairs.attention_stats_from_sums`). ``seed`` draws passages and replicates;
     a ``cache`` dict reuses the forward passes of an earlier call on the same model object and passages
     (see :func:`probe`).
+
+    ``key_baseline=True`` is a control for keys that every query favours: in each passage and head, every
+    (query, key) weight is first reduced by the mean weight that key receives from the word queries the
+    statistic reads it with (every other word with a topic at least ``min_distance`` away; a key with none
+    keeps its weight). A head whose attention depends on the key alone then has every relation mean, and
+    its gap, exactly 0; the forward passes, pairs and bootstrap are those of ``key_baseline=False``.
     """
     check_choice("pieces", pieces, ("sum", "first"))
     if len(word_topics) == 0:
@@ -274,9 +306,16 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     sums, counts = np.zeros((len(row), 4) + tuple(atts[0].shape[:2])), np.zeros((len(row), 4))
     for (d, c), m, a, s in zip(chunks, masks, atts, sels):
         if m.any():
+            w = m.astype(np.float64)                                                 # (4, W, W)
+            if key_baseline:
+                # minus the key's mean over the queries read with it: still linear in the pooled weights
+                reads = m[1:].any(axis=0)                                            # (W, W)
+                n = reads.sum(axis=0)                                                # (W,) per key
+                per_key = np.divide(m.sum(axis=1), n, out=np.zeros(m.shape[::2]), where=n > 0)  # (4, W)
+                w -= reads[None] * per_key[:, None, :]
             # sum over a mask of the pooled attention, (query @ A @ key) . m = A . (query.T @ m @ key.T)
             query, key = pooling_matrices(c.word_index, pieces, torch.float64)
-            weights = (query.T @ torch.as_tensor(m, dtype=torch.float64) @ key.T)[:, s[:, None], s]    # (4, k, k)
+            weights = (query.T @ torch.as_tensor(w) @ key.T)[:, s[:, None], s]                 # (4, k, k)
             sums[row[d]] += c.num_pieces * torch.einsum("lhpq,rpq->rlh", a.double(), weights).numpy()
             counts[row[d]] += m.sum(axis=(1, 2))
     return attention_stats_from_sums(sums, counts, n_boot=n_boot, level=level, seed=seed, num_chunks=len(chunks),
