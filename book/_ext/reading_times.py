@@ -74,9 +74,10 @@ LECTURES = [
         "Weight decay", "The authors' logit bias", "The authors' constant proportion",
         "A data-driven check", "Cross-entropy")),
     Lecture("attn-gradient", "05_attention", (
-        OPENING, "The stage-2 set-up", "The authors' result", "The gradient at", "Why a")),
+        OPENING, "The stage-2 set-up", "The authors' result", "The gradient at", "Why a",
+        "Training stage 2")),
     Lecture("attn-training", "05_attention", (
-        "Training stage 2", "Visible keys", "The authors' stage-2 result", "Summary")),
+        "Visible keys", "The authors' stage-2 result", "Summary")),
     Lecture("attn-tied", "05_attention", ("Finite $N$", "Long documents")),
     Lecture("two-stages-claim", "06_two_stages", (
         OPENING, "The claim", "The argument", "Training everything", '"$W^V$ first"')),
