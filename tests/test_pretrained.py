@@ -350,14 +350,19 @@ def _brute_force_attention(model, tok, corpus, wt, *, min_distance=0, pieces="su
     return sums / counts[:, None, None]
 
 
-@pytest.mark.parametrize("pieces", ["sum", "first"])
-def test_attention_stats_matches_brute_force_and_cache_reuses_forward_passes(tok, pieces):
+def _tiny_corpus(name):
+    """Three short texts with repeated words, and a topic for five of them."""
     corpus = tc.corpus_from_texts([
         "The cat and the dog chased the cat near the car and the bus.",
         "A bus and a car. The dog sleeps.",
         "Cats? No: the dog, the car, the bus and the cat again.",
-    ], name="tiny-wavy")
-    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+    ], name=name)
+    return corpus, tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+
+
+@pytest.mark.parametrize("pieces", ["sum", "first"])
+def test_attention_stats_matches_brute_force_and_cache_reuses_forward_passes(tok, pieces):
+    corpus, wt = _tiny_corpus("tiny-wavy")
     model, cache = _WavyAttention(), {}
     kw = dict(max_pieces=12, chunks_per_doc=None, pieces=pieces, n_boot=200)
     st = tp.attention_stats(model, tok, corpus, wt, cache=cache, **kw)
@@ -705,12 +710,7 @@ class _KeyOnlyAttention(_WavyAttention):
 
 @pytest.mark.parametrize("pieces", ["sum", "first"])
 def test_attention_stats_key_baseline(tok, pieces):
-    corpus = tc.corpus_from_texts([
-        "The cat and the dog chased the cat near the car and the bus.",
-        "A bus and a car. The dog sleeps.",
-        "Cats? No: the dog, the car, the bus and the cat again.",
-    ], name="tiny-keys")
-    wt = tc.WordTopics.from_dict({"cat": 0, "dog": 0, "car": 1, "bus": 1, "sleeps": 0})
+    corpus, wt = _tiny_corpus("tiny-keys")
     kw = dict(max_pieces=12, chunks_per_doc=None, pieces=pieces, n_boot=200)
     # a head that favours some keys whatever the query: a gap without the control, none with it
     keys = _KeyOnlyAttention()
