@@ -232,9 +232,8 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     pieces; a ``cache`` dict serves a later call on the same model object, passages and batches needing no other
     piece (it holds the forward passes of the model as it was: give a fresh dict after changing its weights)."""
     sels = [np.flatnonzero((c.word_index >= 0) & w[c.word_index]) for (_, c), w in zip(chunks, words)]
-    key = (id(model), batch_size, tuple(c.input_ids.tobytes() for _, c in chunks))
-    hit = cache.get(key) if cache is not None else None     # the entry holds its model: an id is not reused
-    if hit is not None and hit[2] is model and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
+    key, hit = _cached(cache, model, batch_size, chunks)
+    if hit is not None and all(np.isin(s, h).all() for s, h in zip(sels, hit[1])):
         return hit[0], hit[1]
 
     def restrict(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[tuple[np.ndarray, ...]]:
@@ -248,6 +247,15 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     if cache is not None:
         cache[key] = (atts, sels, model, [sh for _, sh in both])
     return atts, sels
+
+
+def _cached(cache: dict | None, model: PreTrainedModel, batch_size: int,
+            chunks: list[tuple[int, WordAlignment]]) -> tuple[tuple, tuple | None]:
+    """The cache key of these passages' forward passes, and the entry it holds for this model object (None when
+    absent; the entry holds its model, so an id reused by another object is no hit)."""
+    key = (id(model), batch_size, tuple(c.input_ids.tobytes() for _, c in chunks))
+    hit = cache.get(key) if cache is not None else None
+    return key, (hit if hit is not None and hit[2] is model else None)
 
 
 def _special_share(out: tuple[torch.Tensor, ...], i: int, c: WordAlignment) -> np.ndarray:
@@ -266,9 +274,8 @@ def special_token_share(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
     ``[SEP]``), averaged over the word pieces as queries, on the passages :func:`attention_stats` draws with the
     same arguments; read from the forward passes a ``cache`` dict holds when one such call filled it."""
     chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
-    key = (id(model), batch_size, tuple(c.input_ids.tobytes() for _, c in chunks))
-    hit = cache.get(key) if cache is not None else None
-    if hit is not None and hit[2] is model:
+    _, hit = _cached(cache, model, batch_size, chunks)
+    if hit is not None:
         return np.stack(hit[3])
     return np.stack(_map_batches(lambda index, batch, out: [_special_share(out, i, c) for i, (_, c) in
                                                             enumerate(batch)], model, tokenizer, chunks, batch_size))
