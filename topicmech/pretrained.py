@@ -261,9 +261,11 @@ def _cached(cache: dict | None, model: PreTrainedModel, batch_size: int,
 def _special_share(out: tuple[torch.Tensor, ...], i: int, c: WordAlignment) -> np.ndarray:
     """``(L, H)``: passage ``i`` of a batch, the weight its word pieces put on its special tokens, averaged over
     the word pieces as queries."""
-    special = torch.as_tensor(c.word_index < 0)
-    a = torch.stack([o[i, :, :c.num_pieces, :c.num_pieces] for o in out]).double()        # (L, H, P, P)
-    return a[:, :, ~special][..., special].sum(-1).mean(-1).numpy()
+    special = c.word_index < 0
+    q, k = torch.as_tensor(np.flatnonzero(~special)), torch.as_tensor(np.flatnonzero(special))
+    # only the (word piece, special token) weights are copied and widened
+    a = torch.stack([o[i][:, q[:, None], k] for o in out]).double()                 # (L, H, pieces, specials)
+    return a.sum(-1).mean(-1).numpy()
 
 
 @torch.no_grad()
@@ -342,7 +344,8 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
 
     def pooled(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-        att = torch.stack(out, dim=1).double().mean(dim=(1, 2))              # (batch, P, P)
+        # the mean over layers and heads, layer by layer: no (batch, L, H, P, P) copy in float64
+        att = sum(o.double().sum(dim=1) for o in out) / (len(out) * out[0].shape[1])  # (batch, P, P)
         return [(pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()
                 for i, (_, c) in enumerate(batch)]                           # (W, W) each
 
