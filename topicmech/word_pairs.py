@@ -102,10 +102,12 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
     if partition:
         labels = M.argmax(axis=1)
         cnt_s, sim_s = np.zeros(C.shape[0]), np.zeros(C.shape[0])
+        total = np.zeros((C.shape[0], X.shape[1]))                     # (B, d): the topics' sums add up
         for t in np.unique(labels):
             idx = np.flatnonzero(labels == t)
             Ct = C[:, idx]                                             # (B, n_t)
             Z = Ct @ X[idx]                                            # (B, d)
+            total += Z
             s = Ct.sum(axis=1)
             cnt_s += s * s
             sim_s += np.einsum("bd,bd->b", Z, Z)
@@ -114,8 +116,8 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
         S = shares_topic(M) & ~np.eye(len(M), dtype=bool)                # (n, n) same-topic pairs
         cnt_s = np.einsum("bn,bn->b", C, C @ S)
         sim_s = np.einsum("bn,bn->b", C, C @ np.where(S, X @ X.T, 0.0))
+        total = C @ X                                                  # (B, d)
     tot = C.sum(axis=1)
-    total = C @ X                                                      # (B, d)
     cnt_all = tot * tot - sq.sum(axis=1)
     sim_all = np.einsum("bd,bd->b", total, total) - sq @ norms2
     with np.errstate(invalid="ignore", divide="ignore"):
