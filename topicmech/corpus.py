@@ -270,8 +270,12 @@ class WordTopics:
     def membership(self, words: Sequence[str]) -> np.ndarray:
         """Boolean membership, shape ``(len(words), num_topics)``; all-False rows for words without a topic."""
         M = np.zeros((len(words), self.num_topics), dtype=bool)
+        rows, cols = [], []
         for i, w in enumerate(words):
-            M[i, list(self.topics.get(w, ()))] = True
+            s = self.topics.get(w, ())
+            rows += [i] * len(s)
+            cols += s
+        M[rows, cols] = True
         return M
 
     def shuffled(self, seed: int = 0) -> WordTopics:

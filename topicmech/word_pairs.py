@@ -187,9 +187,10 @@ def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, m
         raise ValueError(f"min_distance must be a non-negative int, got {min_distance!r}")
     M = word_topics.membership(words)                                  # (W, T)
     has = M.any(axis=1)                                                # (W,) words with a topic
-    arr = np.asarray(words, dtype=object)
+    ids = {}
+    word_id = np.array([ids.setdefault(w, len(ids)) for w in words], dtype=np.int64)   # (W,) one id per word
     pos = np.arange(len(words))
-    masks = classify_pairs(same_word=arr[:, None] == arr[None, :], same_topic=shares_topic(M),
+    masks = classify_pairs(same_word=word_id[:, None] == word_id[None, :], same_topic=shares_topic(M),
                            far=np.abs(pos[:, None] - pos[None, :]) >= min_distance)
     both = has[:, None] & has[None, :]
     return {name: both & mask for name, mask in masks.items()}
