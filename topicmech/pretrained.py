@@ -176,16 +176,23 @@ def _attention_only(model: PreTrainedModel) -> Any:
     if last is None or not all(isinstance(getattr(last, n, None), torch.nn.Module) for n in ("intermediate", "output")):
         yield
         return
-    saved = (last.intermediate, last.output, getattr(model, "pooler", None))
-    last.intermediate, last.output = _SkipFeedForward(), _SkipFeedForward()
-    if saved[2] is not None:
+    # the last layer's feed-forward block and, after its attention weights, its output projection
+    attention = getattr(last, "attention", None)
+    skipped = [(last, "intermediate"), (last, "output")] + (
+        [(attention, "output")] if isinstance(getattr(attention, "output", None), torch.nn.Module) else [])
+    saved = [getattr(m, n) for m, n in skipped]
+    pooler = getattr(model, "pooler", None)
+    for m, n in skipped:
+        setattr(m, n, _SkipFeedForward())
+    if pooler is not None:
         model.pooler = None
     try:
         yield
     finally:
-        last.intermediate, last.output = saved[0], saved[1]
-        if saved[2] is not None:
-            model.pooler = saved[2]
+        for (m, n), module in zip(skipped, saved):
+            setattr(m, n, module)
+        if pooler is not None:
+            model.pooler = pooler
 
 
 def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -243,7 +250,8 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
                 for i, ix in enumerate(torch.as_tensor(sels[k]) for k in index)]
 
     both = _map_batches(restrict, model, tokenizer, chunks, batch_size)
-    atts = [torch.from_numpy(a) for a, _ in both]
+    # widened once here: every later call on the cached passages reads them in float64
+    atts = [torch.from_numpy(a).double() for a, _ in both]
     if cache is not None:
         cache[key] = (atts, sels, model, [sh for _, sh in both])
     return atts, sels
