@@ -468,6 +468,17 @@ def test_clean_wiki_markup():
     assert text == "Apollo is a god. He has a lyre."
 
 
+def test_lda_tokenize_is_gensims_tokenize_filtered():
+    """lda_tokenize matches gensim's tokenize(lowercase=True, deacc=True) with the length and stop-word filter."""
+    from gensim.parsing.preprocessing import STOPWORDS
+    from gensim.utils import tokenize
+    texts = ["Nic nemůže letět rychlostí vyšší, než 300 tisíc kilometrů za sekundu!",
+             "The a_b x2y 89 abc²³ Straße Ⅻ ÉCOLE naïve co-operation don't 2nd", *tc.load_lee_corpus().texts[:20]]
+    for text in texts:
+        want = [w for w in tokenize(text, lowercase=True, deacc=True) if 3 <= len(w) <= 15 and w not in STOPWORDS]
+        assert tc.lda_tokenize(text) == want, text
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -106,7 +106,12 @@ def _build(tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], wids: 
     body = np.where(wids >= 0, np.searchsorted(local, wids), -1)
     index = np.concatenate([np.full(len(prefix), -1), body, np.full(len(suffix), -1)]).astype(np.int64)
     return WordAlignment(np.asarray(full, dtype=np.int64), tuple(tokenizer.convert_ids_to_tokens(full)), index,
-                         tuple(strip_accents(text[a:b].lower()) for a, b in spans[local].tolist()))
+                         tuple(_normal(text[a:b].lower()) for a, b in spans[local].tolist()))
+
+
+def _normal(word: str) -> str:
+    """A lower-cased word without accents (:func:`~topicmech.corpus.strip_accents`; ASCII has none)."""
+    return word if word.isascii() else strip_accents(word)
 
 
 def align_words(tokenizer: PreTrainedTokenizerBase, text: str, *, add_special_tokens: bool = True) -> WordAlignment:

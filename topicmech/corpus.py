@@ -95,9 +95,12 @@ def lda_tokenize(text: str, *, min_len: int = 3, max_len: int = 15) -> list[str]
     """Lower-case, accent-free alphabetic tokens of ``min_len`` to ``max_len`` letters, without gensim's
     stop words (:func:`~topicmech.alignment.align_words` normalises whole words the same way)."""
     from gensim.parsing.preprocessing import STOPWORDS
-    from gensim.utils import tokenize
     text = strip_accents(text.lower())     # what tokenize(lowercase=True, deacc=True) does, faster
-    return [w for w in tokenize(text) if min_len <= len(w) <= max_len and w not in STOPWORDS]
+    # gensim's simple_tokenize (runs of word characters other than digits), in one findall
+    return [w for w in _ALPHABETIC.findall(text) if min_len <= len(w) <= max_len and w not in STOPWORDS]
+
+
+_ALPHABETIC = re.compile(r"(?:(?!\d)\w)+")
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
@@ -267,8 +270,12 @@ class WordTopics:
     def membership(self, words: Sequence[str]) -> np.ndarray:
         """Boolean membership, shape ``(len(words), num_topics)``; all-False rows for words without a topic."""
         M = np.zeros((len(words), self.num_topics), dtype=bool)
+        rows, cols = [], []
         for i, w in enumerate(words):
-            M[i, list(self.topics.get(w, ()))] = True
+            s = self.topics.get(w, ())
+            rows += [i] * len(s)
+            cols += s
+        M[rows, cols] = True
         return M
 
     def shuffled(self, seed: int = 0) -> WordTopics:

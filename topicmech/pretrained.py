@@ -176,16 +176,23 @@ def _attention_only(model: PreTrainedModel) -> Any:
     if last is None or not all(isinstance(getattr(last, n, None), torch.nn.Module) for n in ("intermediate", "output")):
         yield
         return
-    saved = (last.intermediate, last.output, getattr(model, "pooler", None))
-    last.intermediate, last.output = _SkipFeedForward(), _SkipFeedForward()
-    if saved[2] is not None:
+    # the last layer's feed-forward block and, after its attention weights, its output projection
+    attention = getattr(last, "attention", None)
+    skipped = [(last, "intermediate"), (last, "output")] + (
+        [(attention, "output")] if isinstance(getattr(attention, "output", None), torch.nn.Module) else [])
+    saved = [getattr(m, n) for m, n in skipped]
+    pooler = getattr(model, "pooler", None)
+    for m, n in skipped:
+        setattr(m, n, _SkipFeedForward())
+    if pooler is not None:
         model.pooler = None
     try:
         yield
     finally:
-        last.intermediate, last.output = saved[0], saved[1]
-        if saved[2] is not None:
-            model.pooler = saved[2]
+        for (m, n), module in zip(skipped, saved):
+            setattr(m, n, module)
+        if pooler is not None:
+            model.pooler = pooler
 
 
 def _attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -243,7 +250,8 @@ def _piece_attentions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
                 for i, ix in enumerate(torch.as_tensor(sels[k]) for k in index)]
 
     both = _map_batches(restrict, model, tokenizer, chunks, batch_size)
-    atts = [torch.from_numpy(a) for a, _ in both]
+    # widened once here: every later call on the cached passages reads them in float64
+    atts = [torch.from_numpy(a).double() for a, _ in both]
     if cache is not None:
         cache[key] = (atts, sels, model, [sh for _, sh in both])
     return atts, sels
@@ -261,9 +269,11 @@ def _cached(cache: dict | None, model: PreTrainedModel, batch_size: int,
 def _special_share(out: tuple[torch.Tensor, ...], i: int, c: WordAlignment) -> np.ndarray:
     """``(L, H)``: passage ``i`` of a batch, the weight its word pieces put on its special tokens, averaged over
     the word pieces as queries."""
-    special = torch.as_tensor(c.word_index < 0)
-    a = torch.stack([o[i, :, :c.num_pieces, :c.num_pieces] for o in out]).double()        # (L, H, P, P)
-    return a[:, :, ~special][..., special].sum(-1).mean(-1).numpy()
+    special = c.word_index < 0
+    q, k = torch.as_tensor(np.flatnonzero(~special)), torch.as_tensor(np.flatnonzero(special))
+    # only the (word piece, special token) weights are copied and widened
+    a = torch.stack([o[i][:, q[:, None], k] for o in out]).double()                 # (L, H, pieces, specials)
+    return a.sum(-1).mean(-1).numpy()
 
 
 @torch.no_grad()
@@ -342,7 +352,8 @@ def attention_relation_sums(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     chunks = draw_passages(tokenizer, corpus, max_pieces, chunks_per_doc, max_docs, seed)
 
     def pooled(index: list[int], batch: list, out: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-        att = torch.stack(out, dim=1).double().mean(dim=(1, 2))              # (batch, P, P)
+        # the mean over layers and heads, layer by layer: no (batch, L, H, P, P) copy in float64
+        att = sum(o.double().sum(dim=1) for o in out) / (len(out) * out[0].shape[1])  # (batch, P, P)
         return [(pool_attention(att[i, :c.num_pieces, :c.num_pieces], c.word_index) * c.num_pieces).numpy()
                 for i, (_, c) in enumerate(batch)]                           # (W, W) each
 

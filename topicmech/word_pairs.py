@@ -102,10 +102,12 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
     if partition:
         labels = M.argmax(axis=1)
         cnt_s, sim_s = np.zeros(C.shape[0]), np.zeros(C.shape[0])
+        total = np.zeros((C.shape[0], X.shape[1]))                     # (B, d): the topics' sums add up
         for t in np.unique(labels):
             idx = np.flatnonzero(labels == t)
             Ct = C[:, idx]                                             # (B, n_t)
             Z = Ct @ X[idx]                                            # (B, d)
+            total += Z
             s = Ct.sum(axis=1)
             cnt_s += s * s
             sim_s += np.einsum("bd,bd->b", Z, Z)
@@ -114,8 +116,8 @@ def _pair_means(C: np.ndarray, X: np.ndarray, M: np.ndarray, partition: bool) ->
         S = shares_topic(M) & ~np.eye(len(M), dtype=bool)                # (n, n) same-topic pairs
         cnt_s = np.einsum("bn,bn->b", C, C @ S)
         sim_s = np.einsum("bn,bn->b", C, C @ np.where(S, X @ X.T, 0.0))
+        total = C @ X                                                  # (B, d)
     tot = C.sum(axis=1)
-    total = C @ X                                                      # (B, d)
     cnt_all = tot * tot - sq.sum(axis=1)
     sim_all = np.einsum("bd,bd->b", total, total) - sq @ norms2
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -185,9 +187,10 @@ def relation_masks_for_words(words: Sequence[str], word_topics: WordTopics, *, m
         raise ValueError(f"min_distance must be a non-negative int, got {min_distance!r}")
     M = word_topics.membership(words)                                  # (W, T)
     has = M.any(axis=1)                                                # (W,) words with a topic
-    arr = np.asarray(words, dtype=object)
+    ids = {}
+    word_id = np.array([ids.setdefault(w, len(ids)) for w in words], dtype=np.int64)   # (W,) one id per word
     pos = np.arange(len(words))
-    masks = classify_pairs(same_word=arr[:, None] == arr[None, :], same_topic=shares_topic(M),
+    masks = classify_pairs(same_word=word_id[:, None] == word_id[None, :], same_topic=shares_topic(M),
                            far=np.abs(pos[:, None] - pos[None, :]) >= min_distance)
     both = has[:, None] & has[None, :]
     return {name: both & mask for name, mask in masks.items()}
