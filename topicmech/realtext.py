@@ -200,7 +200,8 @@ class TopicRatioReader:
     pairs of distinct selected words (:func:`topicmech.word_pairs.embedding_ratios`); ``attention`` is the
     mean attention weight from a selected word to a different selected word of the same topic over that to
     one of another topic, on ``num_sequences`` sequences drawn by ``seed``, uncorrupted (no position is
-    selected, so both key conventions agree), pairs under ``min_distance`` positions apart left out.
+    selected, so both key conventions agree), pairs under ``min_distance`` positions apart left out. Two
+    copies of one word (and a position with itself) count in neither mean, whatever the topic labels.
     """
 
     def __init__(self, documents: WordDocuments, word_topics: WordTopics, *, num_sequences: int = 64,
@@ -558,9 +559,10 @@ def synthetic_gap(documents: WordDocuments, word_topics: WordTopics, *, attend_t
 def embedding_optimum_on_text(documents: WordDocuments, *, attend_to_masked: bool, d: int | None = None,
                               passes: int = 10, seed: int = 0, l2: float = 1e-5, steps: int = 200,
                               masking: Masking = BERT_MASKING) -> np.ndarray:
-    """The authors' embedding optimum on the corpus's own moments: attention frozen uniform, ``W^V = I``, a tied
-    head ``W_E^T`` with a bias, only the embeddings trained, squared loss; the optimal Gram matrix
-    ``M = W_E^T W_E`` of rank ``<= d`` (default ``D``), shape ``(D, D)``, rows and columns the word ids, then
+    """The optimum of the authors' embedding set-up on the corpus's own moments: attention frozen uniform,
+    ``W^V = I``, a tied head ``W_E^T`` with a bias, only the embeddings trained; with the squared loss and rank
+    ``<= d`` (default ``D``, full rank), both our choices (the authors state neither the loss nor a width), the
+    optimal Gram matrix ``M = W_E^T W_E``, shape ``(D, D)``, rows and columns the word ids, then
     ``[MASK]``. :func:`corpus_moments` (``passes`` BERT corruptions drawn by ``seed``) into
     :func:`topicmech.theory.tied_bias_from_moments` (ridge ``l2 ||M||_F^2``, at most ``steps``
     L-BFGS iterations). ``M`` is determined up to ``c 1 1^T``, which the bias absorbs: read differences of its
@@ -791,7 +793,8 @@ class WordEncoder(nn.Module):
         return torch.stack([a.mean(1) for a in out.attentions])
 
     def attention_pattern(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        """The attention averaged over layers and heads (the authors' metric for BERT), ``(batch, query, key)``."""
+        """The attention averaged over layers and heads (our choice: the authors do not say how they aggregate
+        BERT's), ``(batch, query, key)``."""
         return self.layer_patterns(inputs, selected).mean(0)
 
     def word_vectors(self) -> torch.Tensor:
