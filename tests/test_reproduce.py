@@ -236,8 +236,19 @@ def test_stage_verdict_parts() -> None:
     assert "edge" not in rp.stage_verdict(**kw, kq_leave=770, v_plateau=590)
     # with no margin, only a step exactly on a bound is at the edge
     assert "(at the edge: 600)" in rp.stage_verdict(**kw, kq_leave=770, v_plateau=600)
+    # a timing that misses by at most `edge` steps, or a level within `near_level` of its band,
+    # says so too
+    assert "W^V timing (near: 611)" in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=11)
+    assert "near" not in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=10)
+    low_v = {**at_level, "W_V": 0.80}
+    assert "misses W^V level (near: 0.80)" in rp.stage_verdict(
+        starts=near0, ends=low_v, order=True, kq_leave=500, v_plateau=400, near_level=0.1)
+    assert "near" not in rp.stage_verdict(starts=near0, ends=low_v, order=True, kq_leave=500,
+                                          v_plateau=400, near_level=0.05)
     with pytest.raises(ValueError, match="edge"):
         rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, edge=-1)
+    with pytest.raises(ValueError, match="near_level"):
+        rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, near_level=-0.1)
     with pytest.raises(ValueError, match="factor"):
         rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, factor=0.9)
     with pytest.raises(ValueError, match="ends"):

@@ -11,6 +11,7 @@ class (its released-code switches) and the one training loop (fixed masks, shuff
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -643,7 +644,7 @@ AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400
 
 def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bool,
                   kq_leave: float | None, v_plateau: float | None, factor: float = 1.5,
-                  edge: float = 0.0) -> str:
+                  edge: float = 0.0, near_level: float = 0.0) -> str:
     """The verdict on a two-stage row, from five parts computed by one rule.
 
     ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at
@@ -659,12 +660,16 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     misses ..."``, or ``"not reproduced: misses ..."`` when none holds; a level reached at
     initialisation is named ``"W^V level (no evidence: starts in the band)"``. A timing part that
     holds with its step within ``edge`` steps of a bound of its window (e.g. one step of the grid
-    the marks are read on) is named with the step, e.g. ``"W^V timing (at the edge: 600)"``.
+    the marks are read on) is named with the step, e.g. ``"W^V timing (at the edge: 600)"``; one
+    that misses by at most ``edge`` steps is named so too, e.g. ``"W^V timing (near: 611)"``. A
+    level that misses with every norm outside the band within a factor ``1 + near_level`` of its
+    bound is named with the farthest norm, e.g. ``"W^V level (near: 0.80)"``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor!r}")
     edge = check_float("edge", edge, positive=False)
+    near_level = check_float("near_level", near_level, positive=False)
     for name, d in (("starts", starts), ("ends", ends)):
         if {"W_V", "W_K", "W_Q"} - set(d):
             raise ValueError(f"{name} must give W_V, W_K, W_Q, got {sorted(d)}")
@@ -676,8 +681,13 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
             labels.append(f"{label} (no evidence: starts in the band)")
             parts.append(False)
             continue
-        labels.append(label)
-        parts.append(all(lo <= ends[n] <= hi for n in names))
+        ok = all(lo <= ends[n] <= hi for n in names)
+        # how far outside the band each norm ends, as a factor (1 inside it)
+        out = {n: max(lo / ends[n] if ends[n] > 0 else math.inf, ends[n] / hi, 1.0) for n in names}
+        worst = max(out, key=out.get)
+        near = not ok and out[worst] <= 1 + near_level
+        labels.append(f"{label} (near: {ends[worst]:.2f})" if near else label)
+        parts.append(ok)
     lo, hi = AUTHORS_STAGES["kq_leave"]
     kq_timing = kq_leave is not None and lo <= kq_leave <= hi
     v_timing = v_plateau is not None and AUTHORS_STAGES["v_plateau"] / factor <= v_plateau \
@@ -687,7 +697,9 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
     for label, ok, step, (w_lo, w_hi) in (("K/Q timing", kq_timing, kq_leave, (lo, hi)),
                                           ("W^V timing", v_timing, v_plateau, (v_lo, v_hi))):
         at_edge = ok and min(step - w_lo, w_hi - step) <= edge
-        timing_labels.append(f"{label} (at the edge: {step:.0f})" if at_edge else label)
+        near = not ok and step is not None and max(w_lo - step, step - w_hi) <= edge
+        timing_labels.append(f"{label} (at the edge: {step:.0f})" if at_edge
+                             else f"{label} (near: {step:.0f})" if near else label)
     parts += [bool(order), kq_timing, v_timing]
     labels += ["order", *timing_labels]
     if all(parts):
