@@ -200,14 +200,17 @@ def test_magnitude_verdict_a_tie_is_not_the_authors_order() -> None:
     wide = {**tight, "same_word": (0.0100, 0.0115)}
     assert rp.magnitude_verdict(ours, AUTH, intervals=tight).startswith("reproduced")
     assert rp.magnitude_verdict(ours, AUTH, intervals=wide) == (
-        "partly: holds direction, ratio (excess x1.00); misses order (tie: word = topic > diff)")
+        "partly: holds direction, ratio (excess x1.00); misses order (tie: topic = word > diff)")
     # same topic tied with different topic: no direction, whatever the ratio
     flat = {"same_word": 0.01, "same_topic": 0.0100001, "diff_topic": 0.01}
     overlap = {k: (v - 1e-6, v + 1e-6) for k, v in flat.items()}
     assert rp.magnitude_verdict(flat, AUTH, intervals=overlap).startswith(
         "not reproduced: misses direction (tie: same topic = diff. topic")
-    # a tie prints its members in one fixed order, whichever mean is larger
+    # equal means in a tie print in the order word, topic, diff
     assert rp.order_text({"same_word": 1.0, "same_topic": 2.0, "diff_topic": 1.0}) == "topic > word = diff"
+    # within a tie, from the larger mean down
+    tie = {k: (0.0, 3.0) for k in rp.RELATIONS}
+    assert rp.order_text({"same_word": 1.0, "same_topic": 1.5, "diff_topic": 0.5}, tie) == "topic = word = diff"
 
 
 def test_stage_verdict_parts() -> None:

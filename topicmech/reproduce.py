@@ -566,10 +566,10 @@ ORDER_NAMES: dict[str, str] = {"same_word": "word", "same_topic": "topic", "diff
 
 def order_text(means: dict[str, float], intervals: dict[str, tuple[float, float]] | None = None) -> str:
     """:func:`category_order` printed from the largest mean down, ``">"`` between groups and
-    ``"="`` within a tie, whose members are listed in a fixed order (word, topic, diff) so that
-    one tie always prints the same way: e.g. ``"topic > word = diff"``."""
+    ``"="`` within a tie, whose members are listed from the largest mean down too (equal means
+    in the order word, topic, diff): e.g. ``"topic > word = diff"``."""
     groups = category_order(means, intervals)
-    return " > ".join(" = ".join(ORDER_NAMES[k] for k in RELATIONS if k in g) for g in groups)
+    return " > ".join(" = ".join(ORDER_NAMES[k] for k in g) for g in groups)
 
 
 def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
