@@ -243,6 +243,9 @@ def test_stage_verdict_parts() -> None:
     # says so too
     assert "W^V timing (near: 611)" in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=11)
     assert "near" not in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=10)
+    assert "W^V timing (near: 611)" in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611,
+                                                         near_level=0.1)
+    assert "near" not in rp.stage_verdict(**kw, kq_leave=500, v_plateau=700, near_level=0.1)
     low_v = {**at_level, "W_V": 0.80}
     assert "misses W^V level (near: 0.80)" in rp.stage_verdict(
         starts=near0, ends=low_v, order=True, kq_leave=500, v_plateau=400, near_level=0.1)
