@@ -200,14 +200,17 @@ def test_magnitude_verdict_a_tie_is_not_the_authors_order() -> None:
     wide = {**tight, "same_word": (0.0100, 0.0115)}
     assert rp.magnitude_verdict(ours, AUTH, intervals=tight).startswith("reproduced")
     assert rp.magnitude_verdict(ours, AUTH, intervals=wide) == (
-        "partly: holds direction, ratio (excess x1.00); misses order (tie: word = topic > diff)")
+        "partly: holds direction, ratio (excess x1.00); misses order (tie: topic = word > diff)")
     # same topic tied with different topic: no direction, whatever the ratio
     flat = {"same_word": 0.01, "same_topic": 0.0100001, "diff_topic": 0.01}
     overlap = {k: (v - 1e-6, v + 1e-6) for k, v in flat.items()}
     assert rp.magnitude_verdict(flat, AUTH, intervals=overlap).startswith(
         "not reproduced: misses direction (tie: same topic = diff. topic")
-    # a tie prints its members in one fixed order, whichever mean is larger
+    # equal means in a tie print in the order word, topic, diff
     assert rp.order_text({"same_word": 1.0, "same_topic": 2.0, "diff_topic": 1.0}) == "topic > word = diff"
+    # within a tie, from the larger mean down
+    tie = {k: (0.0, 3.0) for k in rp.RELATIONS}
+    assert rp.order_text({"same_word": 1.0, "same_topic": 1.5, "diff_topic": 0.5}, tie) == "topic = word = diff"
 
 
 def test_stage_verdict_parts() -> None:
@@ -236,8 +239,22 @@ def test_stage_verdict_parts() -> None:
     assert "edge" not in rp.stage_verdict(**kw, kq_leave=770, v_plateau=590)
     # with no margin, only a step exactly on a bound is at the edge
     assert "(at the edge: 600)" in rp.stage_verdict(**kw, kq_leave=770, v_plateau=600)
+    # a timing that misses by at most `edge` steps, or a level within `near_level` of its band,
+    # says so too
+    assert "W^V timing (near: 611)" in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=11)
+    assert "near" not in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611, edge=10)
+    assert "W^V timing (near: 611)" in rp.stage_verdict(**kw, kq_leave=500, v_plateau=611,
+                                                         near_level=0.1)
+    assert "near" not in rp.stage_verdict(**kw, kq_leave=500, v_plateau=700, near_level=0.1)
+    low_v = {**at_level, "W_V": 0.80}
+    assert "misses W^V level (near: 0.80)" in rp.stage_verdict(
+        starts=near0, ends=low_v, order=True, kq_leave=500, v_plateau=400, near_level=0.1)
+    assert "near" not in rp.stage_verdict(starts=near0, ends=low_v, order=True, kq_leave=500,
+                                          v_plateau=400, near_level=0.05)
     with pytest.raises(ValueError, match="edge"):
         rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, edge=-1)
+    with pytest.raises(ValueError, match="near_level"):
+        rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, near_level=-0.1)
     with pytest.raises(ValueError, match="factor"):
         rp.stage_verdict(**kw, kq_leave=500, v_plateau=400, factor=0.9)
     with pytest.raises(ValueError, match="ends"):

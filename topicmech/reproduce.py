@@ -1,12 +1,12 @@
 """Recipes for setting the authors' reported experiments beside ours (the reproduction page).
 
-The one-layer model is trained jointly on LDA data shaped like the authors' released synthetic
-set (10 topics of 10 words, ``alpha = 0.1``, documents of 100 to 150 words); attention is read
-by the authors' three categories and the norms of ``W^K``, ``W^Q``, ``W^V`` are recorded.
+The one-layer model is trained jointly on LDA data shaped like the authors' released synthetic set (10 topics of 10
+words, ``alpha = 0.1``, documents of 100 to 150 words); attention is read by the authors' three categories and the
+norms of ``W^K``, ``W^Q``, ``W^V`` are recorded.
 
-:func:`released_code_run` replays the released code's training path with the core's one model
-class (its released-code switches) and the one training loop (fixed masks, shuffled epochs);
-:func:`synthetic_run` is our clean setting.
+:func:`released_code_run` replays the released code's training path with the core's one model class (its
+released-code switches) and the one training loop (fixed masks, shuffled epochs); :func:`synthetic_run` is our
+clean setting.
 """
 
 from __future__ import annotations
@@ -322,18 +322,18 @@ class ReleasedCodeRun:
     Attributes
     ----------
     value_matrix, effective_value_matrix : ndarray, shape (100, 100)
-        The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to
-        the logits over words through the LayerNorm, the token-type vector and ``b^V``.
+        The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to the logits over
+        words through the LayerNorm, the token-type vector and ``b^V``.
     dev_loss : float
-        The training loss (cross-entropy unless ``loss="squared"``) on the held-out documents
-        with their own fixed masks, the mean over batches of 40 (the released code's dev loss).
+        The training loss (cross-entropy unless ``loss="squared"``) on the held-out documents with their own fixed
+        masks, the mean over batches of 40 (the released code's dev loss).
     steps, norms : ndarray (k,), dict of str to ndarray (k,)
         Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at every step (0 = initialisation).
     train_loss : ndarray, shape (steps,)
         The minibatch loss at each step.
     attention : dict of str to float
-        :func:`authors_attention_categories` on the first 500 clean held-out documents cut to
-        ``[START]`` and 99 words (``[START]`` left out of the pairs).
+        :func:`authors_attention_categories` on the first 500 clean held-out documents cut to ``[START]`` and 99
+        words (``[START]`` left out of the pairs).
     attention_at : dict of int to dict
         The same categories read at the earlier steps asked for (``attention_at``), by step.
     """
@@ -540,10 +540,10 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
 
 
 def category_order(means: dict[str, float], intervals: dict[str, tuple[float, float]] | None = None) -> list[list[str]]:
-    """The three :data:`RELATIONS` from the largest mean down, grouped into ties: two neighbours
-    tie when their ``intervals`` (``(lo, hi)`` per category, e.g. 95% intervals of a mean)
-    overlap; without intervals no two distinct means tie. A list of groups, e.g.
-    ``[["same_topic", "same_word"], ["diff_topic"]]`` for "topic = word > diff"."""
+    """The three :data:`RELATIONS` from the largest mean down, grouped into ties: two neighbours tie when their
+    ``intervals`` (``(lo, hi)`` per category, e.g. 95% intervals of a mean) overlap; without intervals no two
+    distinct means tie. A list of groups, e.g. ``[["same_topic", "same_word"], ["diff_topic"]]`` ("topic = word
+    > diff")."""
     if set(RELATIONS) - set(means):
         raise ValueError(f"means must give {', '.join(RELATIONS)}, got {sorted(means)}")
     if intervals is not None and set(RELATIONS) - set(intervals):
@@ -564,11 +564,10 @@ ORDER_NAMES: dict[str, str] = {"same_word": "word", "same_topic": "topic", "diff
 
 
 def order_text(means: dict[str, float], intervals: dict[str, tuple[float, float]] | None = None) -> str:
-    """:func:`category_order` printed from the largest mean down, ``">"`` between groups and
-    ``"="`` within a tie, whose members are listed in a fixed order (word, topic, diff) so that
-    one tie always prints the same way: e.g. ``"topic > word = diff"``."""
+    """:func:`category_order` printed from the largest mean down, ``">"`` between groups and ``"="`` within a tie
+    (its members by mean too; equal means as word, topic, diff): e.g. ``"topic > word = diff"``."""
     groups = category_order(means, intervals)
-    return " > ".join(" = ".join(ORDER_NAMES[k] for k in RELATIONS if k in g) for g in groups)
+    return " > ".join(" = ".join(ORDER_NAMES[k] for k in g) for g in groups)
 
 
 def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, factor: float = 1.5,
@@ -592,14 +591,12 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
       are a tie (:func:`category_order`), and a tie does not match the authors' strict order
       (a missed order is printed, e.g. ``"misses order (tie: topic = word > diff)"``).
 
-    ``"reproduced: ..."`` when all three hold; ``"partly: holds ...; misses ..."`` when the
-    direction holds (and the authors' ratio is above 1) but the ratio or the order misses;
-    ``"not reproduced: misses direction (...)"`` otherwise (or when the authors' own ratio is
-    not above 1); ``attempted``, a reason, gives
-    ``"not faithfully attempted: reason"`` instead. The excess is printed as a factor of theirs
-    (``"excess x1.19"``); the absolute means do not enter. ``ratio``, when given, is our
-    same-topic / different-topic ratio computed otherwise (the reproduction page passes the
-    mean over seeds of each seed's ratio); by default it is
+    ``"reproduced: ..."`` when all three hold; ``"partly: holds ...; misses ..."`` when the direction holds (and
+    the authors' ratio is above 1) but the ratio or the order misses; ``"not reproduced: misses direction
+    (...)"`` otherwise (or when the authors' own ratio is not above 1); ``attempted``, a reason, gives ``"not
+    faithfully attempted: reason"`` instead. The excess is printed as a factor of theirs (``"excess x1.19"``);
+    the absolute means do not enter. ``ratio``, when given, is our same-topic / different-topic ratio computed
+    otherwise (the reproduction page passes the mean over seeds of each seed's ratio); by default it is
     ``ours["same_topic"] / ours["diff_topic"]``.
     """
     factor = check_float("factor", factor)
@@ -637,34 +634,36 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
 #: The authors' two-stage figure read as levels and timing: the norms at step 1,000 (``W^V`` 1.3
 #: to 2.1, ``W^K``, ``W^Q`` 5 to 12), the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700)
 #: and the step by which ``W^V`` plateaus (about 400).
-AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400.0, 700.0),
-                         "v_plateau": 400.0}
+AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400.0, 700.0), "v_plateau": 400.0}
 
 
 def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bool,
                   kq_leave: float | None, v_plateau: float | None, factor: float = 1.5,
-                  edge: float = 0.0) -> str:
+                  edge: float = 0.0, near_level: float = 0.0) -> str:
     """The verdict on a two-stage row, from five parts computed by one rule.
 
-    ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at
-    the end; ``order``: the stage rule's order held in every seed (``W^V`` first, stages
-    separate); ``kq_leave``: the mean step at which ``W^K``, ``W^Q`` leave zero (their 10%
-    mark), ``None`` when they do not move; ``v_plateau``: the mean step at which ``W^V``
-    plateaus (its 90% mark), ``None`` when it does not move. Parts: **W^V level** and **K/Q
-    levels**, the end norms within ``factor`` of :data:`AUTHORS_STAGES` (either way), counted
-    only when the start lies below that band (a level the initialisation already gives is no
-    evidence); **order**; **K/Q timing**, ``kq_leave`` inside the authors' 400 to 700; **W^V
-    timing**, ``v_plateau`` within ``factor`` of the authors' 400 (either way). The verdict is a
-    class, then after ``": "`` why: ``"reproduced: holds all five parts"``, ``"partly: holds ...;
-    misses ..."``, or ``"not reproduced: misses ..."`` when none holds; a level reached at
-    initialisation is named ``"W^V level (no evidence: starts in the band)"``. A timing part that
-    holds with its step within ``edge`` steps of a bound of its window (e.g. one step of the grid
-    the marks are read on) is named with the step, e.g. ``"W^V timing (at the edge: 600)"``.
+    ``starts``, ``ends``: mean Frobenius norms of ``"W_V"``, ``"W_K"``, ``"W_Q"`` at step 0 and at the end;
+    ``order``: the stage rule's order held in every seed (``W^V`` first, stages separate); ``kq_leave``: the
+    mean step at which ``W^K``, ``W^Q`` leave zero (their 10% mark), ``None`` when they do not move;
+    ``v_plateau``: the mean step at which ``W^V`` plateaus (its 90% mark), ``None`` when it does not move.
+    Parts: **W^V level** and **K/Q levels**, the end norms within ``factor`` of :data:`AUTHORS_STAGES`
+    (either way), counted only when the start lies below that band (a level the initialisation already
+    gives is no evidence); **order**; **K/Q timing**, ``kq_leave`` inside the authors' 400 to 700; **W^V
+    timing**, ``v_plateau`` within ``factor`` of the authors' 400 (either way). The verdict is a class, then
+    after ``": "`` why: ``"reproduced: holds all five parts"``, ``"partly: holds ...; misses ..."``, or
+    ``"not reproduced: misses ..."`` when none holds; a level reached at initialisation is named
+    ``"W^V level (no evidence: starts in the band)"``. A timing part that holds with its step within
+    ``edge`` steps of a bound of its window (e.g. one step of the grid the marks are read on) is named with
+    the step, e.g. ``"W^V timing (at the edge: 600)"``; one that misses by at most ``edge`` steps, or by at
+    most ``near_level`` times the bound it misses, is named so too, e.g. ``"W^V timing (near: 611)"``; a
+    level missed with every norm within a factor ``1 + near_level`` of its band, with the farthest norm,
+    e.g. ``"W^V level (near: 0.80)"``.
     """
     factor = check_float("factor", factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor!r}")
     edge = check_float("edge", edge, positive=False)
+    near_level = check_float("near_level", near_level, positive=False)
     for name, d in (("starts", starts), ("ends", ends)):
         if {"W_V", "W_K", "W_Q"} - set(d):
             raise ValueError(f"{name} must give W_V, W_K, W_Q, got {sorted(d)}")
@@ -676,18 +675,22 @@ def stage_verdict(*, starts: dict[str, float], ends: dict[str, float], order: bo
             labels.append(f"{label} (no evidence: starts in the band)")
             parts.append(False)
             continue
-        labels.append(label)
+        out = {n: max(lo / ends[n] if ends[n] > 0 else float("inf"), ends[n] / hi, 1.0) for n in names}  # 1: in
+        worst = max(out, key=out.get)
+        labels.append(f"{label} (near: {ends[worst]:.2f})" if 1 < out[worst] <= 1 + near_level else label)
         parts.append(all(lo <= ends[n] <= hi for n in names))
     lo, hi = AUTHORS_STAGES["kq_leave"]
     kq_timing = kq_leave is not None and lo <= kq_leave <= hi
-    v_timing = v_plateau is not None and AUTHORS_STAGES["v_plateau"] / factor <= v_plateau \
-        <= AUTHORS_STAGES["v_plateau"] * factor
     v_lo, v_hi = AUTHORS_STAGES["v_plateau"] / factor, AUTHORS_STAGES["v_plateau"] * factor
+    v_timing = v_plateau is not None and v_lo <= v_plateau <= v_hi
     timing_labels = []
     for label, ok, step, (w_lo, w_hi) in (("K/Q timing", kq_timing, kq_leave, (lo, hi)),
                                           ("W^V timing", v_timing, v_plateau, (v_lo, v_hi))):
         at_edge = ok and min(step - w_lo, w_hi - step) <= edge
-        timing_labels.append(f"{label} (at the edge: {step:.0f})" if at_edge else label)
+        near = not ok and step is not None and (
+            max(w_lo - step, step - w_hi) <= max(edge, near_level * (w_hi if step > w_hi else w_lo)))
+        timing_labels.append(f"{label} (at the edge: {step:.0f})" if at_edge
+                             else f"{label} (near: {step:.0f})" if near else label)
     parts += [bool(order), kq_timing, v_timing]
     labels += ["order", *timing_labels]
     if all(parts):
@@ -745,13 +748,12 @@ def deep_norm_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, curves: 
                       num_docs: int = 10_000) -> dict:
     """:func:`deep_norms` of the 4-layer encoder (Adam at ``lr``) on a fresh corpus of the seed, as numbers.
 
-    Each seed draws its own ``num_docs`` documents of 100 words (:func:`authors_lda`), its
-    initialisation and its batches. For every horizon ``h`` of :data:`DEEP_HORIZONS` up to
-    ``steps``, metrics ``"h<h>.<name>_leave_step"`` (10% of the rise from step 0 to step ``h``;
-    ``h`` for a norm that never rises), ``"h<h>.kq_lag"`` (the first of ``W^K``, ``W^Q`` minus
-    ``W^V``) and ``"h<h>.<name>_norm"``; training is the same up to ``h`` whatever ``steps``, so a
-    rerun with ``steps=200, curves=False`` recomputes the ``h200`` metrics. ``curves`` adds the
-    norms every 5 steps (``"curve_steps"``, ``"<name>_curve"``).
+    Each seed draws its own ``num_docs`` documents of 100 words (:func:`authors_lda`), its initialisation and its
+    batches. For every horizon ``h`` of :data:`DEEP_HORIZONS` up to ``steps``, metrics
+    ``"h<h>.<name>_leave_step"`` (10% of the rise from step 0 to step ``h``; ``h`` for a norm that never rises),
+    ``"h<h>.kq_lag"`` (the first of ``W^K``, ``W^Q`` minus ``W^V``) and ``"h<h>.<name>_norm"``; training is the
+    same up to ``h`` whatever ``steps``, so a rerun with ``steps=200, curves=False`` recomputes the ``h200``
+    metrics. ``curves`` adds the norms every 5 steps (``"curve_steps"``, ``"<name>_curve"``).
     """
     steps = check_positive_int("steps", steps)
     horizons = [h for h in DEEP_HORIZONS if h <= steps]
@@ -781,17 +783,15 @@ def deep_bump_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, window: 
     """What the early bump of ``W^K``, ``W^Q`` in the 4-layer run is: the run of
     :func:`deep_norm_metrics` (same seed, same numbers) with the matrices kept every 5 steps.
 
-    For ``name`` in ``W_K``, ``W_Q`` (all layers stacked): ``"<name>.peak_step"``, the step of
-    the largest norm before the largest fall of the norm within the first ``window`` steps, and
-    ``"<name>.dip_step"``, the lowest point after it; ``"<name>.fall"``, that fall as a fraction
-    of the norm's rise from step 0 to ``steps``; ``"<name>.peak_frac"``, the peak's height as
-    the same fraction; ``"<name>.cos_final"``, the cosine between the displacement from the
-    initialisation at the peak and at the end (its sign is arbitrary: flipping ``W^K`` and
-    ``W^Q`` together leaves the scores unchanged), and ``"<name>.score_cos_final"``, the cosine
+    For ``name`` in ``W_K``, ``W_Q`` (all layers stacked): ``"<name>.peak_step"``, the step of the largest norm
+    before the largest fall of the norm within the first ``window`` steps, and ``"<name>.dip_step"``, the lowest
+    point after it; ``"<name>.fall"``, that fall as a fraction of the norm's rise from step 0 to ``steps``;
+    ``"<name>.peak_frac"``, the peak's height as the same fraction; ``"<name>.cos_final"``, the cosine between
+    the displacement from the initialisation at the peak and at the end (its sign is arbitrary: flipping
+    ``W^K`` and ``W^Q`` together leaves the scores unchanged), and ``"<name>.score_cos_final"``, the cosine
     between the key-query products ``(W^K)^T W^Q`` of all layers at the peak and at the end;
-    ``"<name>.first10"`` and ``"<name>.stays10"``,
-    the first step at which the norm has covered 10% of its rise and the first after which it
-    stays there.
+    ``"<name>.first10"`` and ``"<name>.stays10"``, the first step at which the norm has covered 10% of its rise
+    and the first after which it stays there.
     """
     steps = check_positive_int("steps", steps)
     window = check_positive_int("window", window)
