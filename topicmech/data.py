@@ -131,7 +131,8 @@ class LDATopicModel(TopicModel):
     num_topics, words_per_topic : int
         ``T`` and ``v``.
     alpha : float
-        Symmetric Dirichlet concentration (> 0); the authors use ``alpha = 0.1``.
+        Symmetric Dirichlet concentration (> 0); the released code's data use ``alpha = 0.1``
+        (the concentration of the authors' reported experiments is not known).
     """
 
     def __init__(self, num_topics: int, words_per_topic: int, alpha: float) -> None:
@@ -194,7 +195,7 @@ def heldout_batch(topic_model: TopicModel, num_docs: int, doc_len: int, *, seed:
                   masking: Masking | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
 
-    ``masking=None`` (default, as the authors' inspection script) gives clean documents and
+    ``masking=None`` (default, as the released code's inspection script) gives clean documents and
     ``selected=None``; a :class:`~topicmech.setting.Masking` corrupts them with
     :func:`bert_mask` (seed ``seed + 1``).
     """

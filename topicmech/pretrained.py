@@ -1,7 +1,8 @@
 """A pretrained encoder on real text (chapter 8): load a local BERT-like model (or its randomly
 initialised control), run its forward passes in forked workers, and measure (a) the similarity of its
 token embeddings and (b) the attention of every head by topic relation, with bootstrap intervals;
-:func:`probe` runs both against a fresh LDA fit, :func:`authors_metric` is the paper's Wikipedia metric.
+:func:`probe` runs both against a fresh LDA fit, :func:`authors_metric` is the paper's Wikipedia metric
+(its averaging of attention over layers and heads is our choice: the authors do not say how they aggregate).
 
 Nothing is set at import: the loaders read local folders only (``local_files_only=True``).
 """
@@ -393,7 +394,8 @@ def authors_metric(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, c
                    overlaps: Sequence[bool] = (False, True), max_pieces: int = 128, chunks_per_doc: int | None = 1,
                    max_docs: int | None = None, seed: int = 0,
                    vectors: Literal["table", "layer"] = "table") -> pd.DataFrame:
-    """The authors' Wikipedia metric for one encoder, three same/different ratios per word selection:
+    """The authors' Wikipedia metric for one encoder (attention averaged over layers and heads: our choice),
+    three same/different ratios per word selection:
     for each ``fraction`` and ``overlap``, the single-WordPiece words of :func:`~topicmech.corpus.top_topic_words` give the
     cosine and dot-product ratios (:func:`~topicmech.word_pairs.embedding_ratios`) of their rows of the input embedding table
     (``vectors="table"``) or of ``model.embeddings`` for the word alone (``"layer"``), and the attention ratio

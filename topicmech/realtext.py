@@ -3,9 +3,10 @@ tokens of an LDA vocabulary, and its topic structure measured as it learns.
 
 The tokens are the words LDA sees (:meth:`topicmech.corpus.Corpus.lda_tokens` within the fitted
 dictionary, optionally cut to the most frequent words), so every LDA topic maps onto tokens exactly.
-The model is the paper's: :class:`topicmech.OneLayerTransformer` with learned embeddings, learned
-attention and value, a tied head with a logit bias, trained by :func:`topicmech.train.train`
-(BERT corruption, cross-entropy, Adam). The measurements are the authors' (same-topic over
+The model has the paper's architecture: :class:`topicmech.OneLayerTransformer` with learned
+embeddings, learned attention and value, a tied head with a logit bias; it is trained by
+:func:`topicmech.train.train` with BERT corruption, and the training choices (cross-entropy, Adam)
+are ours. The measurements are the authors' (same-topic over
 different-topic ratios of the embedding cosine, the embedding dot product and the attention weight,
 over the most probable words of each topic), with two controls: the untrained model and a shuffle of
 the topic labels matched on word frequency. The stage-1 theory is checked on the corpus's own
@@ -154,7 +155,7 @@ def word_documents(corpus: Corpus, lda: FittedLDA, *, seq_len: int = 64, max_wor
 
 def topic_words(documents: WordDocuments, lda: FittedLDA, *, per_topic: int | None = None, fraction: float = 0.002,
                 overlap: bool = False) -> WordTopics:
-    """The authors' word selection within the documents' words: each topic's ``per_topic`` most probable
+    """The authors' word-selection rule, applied (by us) within the documents' words: each topic's ``per_topic`` most probable
     words by ``p(word | topic)`` (default :func:`~topicmech.corpus.top_fraction_count` of ``fraction`` of the
     LDA vocabulary: 0.2 %, their largest threshold, and at
     least three); a word chosen by several topics keeps them all with
@@ -558,8 +559,9 @@ def synthetic_gap(documents: WordDocuments, word_topics: WordTopics, *, attend_t
 def embedding_optimum_on_text(documents: WordDocuments, *, attend_to_masked: bool, d: int | None = None,
                               passes: int = 10, seed: int = 0, l2: float = 1e-5, steps: int = 200,
                               masking: Masking = BERT_MASKING) -> np.ndarray:
-    """The authors' embedding optimum on the corpus's own moments: attention frozen uniform, ``W^V = I``, a tied
-    head ``W_E^T`` with a bias, only the embeddings trained, squared loss; the optimal Gram matrix
+    """The optimum of the authors' embedding set-up (their result 1), computed by us on the corpus's own
+    moments: attention frozen uniform, ``W^V = I``, a tied head ``W_E^T`` with a bias, only the embeddings
+    trained, squared loss (our choice: the authors do not name the theorems' loss); the optimal Gram matrix
     ``M = W_E^T W_E`` of rank ``<= d`` (default ``D``), shape ``(D, D)``, rows and columns the word ids, then
     ``[MASK]``. :func:`corpus_moments` (``passes`` BERT corruptions drawn by ``seed``) into
     :func:`topicmech.theory.tied_bias_from_moments` (ridge ``l2 ||M||_F^2``, at most ``steps``
@@ -791,7 +793,8 @@ class WordEncoder(nn.Module):
         return torch.stack([a.mean(1) for a in out.attentions])
 
     def attention_pattern(self, inputs: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        """The attention averaged over layers and heads (the authors' metric for BERT), ``(batch, query, key)``."""
+        """The attention averaged over layers and heads, ``(batch, query, key)`` (the averaging is our
+        choice: the authors do not say how they aggregate over layers and heads)."""
         return self.layer_patterns(inputs, selected).mean(0)
 
     def word_vectors(self) -> torch.Tensor:

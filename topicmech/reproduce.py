@@ -40,7 +40,7 @@ RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
 
 
 def authors_lda() -> LDATopicModel:
-    """The topic model of the authors' released synthetic data: 10 topics x 10 words, ``alpha = 0.1``."""
+    """The topic model of the released code's synthetic data: 10 topics x 10 words, ``alpha = 0.1``."""
     return LDATopicModel(10, 10, 0.1)
 
 
@@ -89,8 +89,8 @@ def synthetic_run(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, st
                   probe_every: int = 10) -> SyntheticRun:
     """Train ``W^K``, ``W^Q``, ``W^V`` jointly with cross-entropy and measure attention and norms.
 
-    One-layer model with one-hot embeddings, identity head and hidden masked keys (the authors'
-    code); BERT corruption 0.15/0.1/0.1; batches resampled with replacement from ``train_docs``.
+    One-layer model with one-hot embeddings, identity head and hidden masked keys (the released
+    code's convention); BERT corruption 0.15/0.1/0.1; batches resampled with replacement from ``train_docs``.
 
     Parameters
     ----------

@@ -324,7 +324,8 @@ def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words
     """Mean over same-topic word pairs (same word included) minus mean over different-topic pairs.
 
     ``(w_diag + (v - 1) w_same) / v - w_diff`` in the orbit means of a ``(V, V)`` or ``(D, D)``
-    matrix: the authors' frequency-weighted gap, ``lam_topic / v`` for a symmetric matrix,
+    matrix: our reading of the authors' "mean same-topic minus mean different-topic entry" (the same
+    word counted as same topic), ``lam_topic / v`` for a symmetric matrix,
     unchanged by adding a constant.
     """
     G = as_float64(matrix)
