@@ -288,7 +288,8 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
                     max_docs: int | None = None, pieces: PieceMode = "sum", min_distance: int = 0,
                     batch_size: int = 16, n_boot: int = 10000, level: float = 0.95, seed: int = 0,
                     cache: dict | None = None, key_baseline: bool = False) -> AttentionStats:
-    """Statistic (b): attention between same-topic vs different-topic words, per layer and head:
+    """Statistic (b) (not :func:`topicmech.dynamics.attention_stats`, which reads the package's models):
+    attention between same-topic vs different-topic words, per layer and head:
     ``chunks_per_doc`` passages of at most ``max_pieces`` pieces (:func:`~topicmech.alignment.chunk_text`) are drawn from each of
     ``max_docs`` drawn documents (None: all). Each head's attention is pooled to words (:func:`~topicmech.alignment.pool_attention`),
     times the passage length, and averaged over the word pairs of each relation (:func:`~topicmech.word_pairs.relation_masks_for_words`);

@@ -404,7 +404,8 @@ def _norm(model: OneLayerTransformer, name: str) -> float:
 class StageTimes:
     """When each part learned: ``embedding``, the first probe step from which the embedding cosine gap stays at
     or above ``embedding_gap``; ``attention``, the first from which the attention ratio stays at or above
-    ``attention_ratio`` (nan if never). The rule's verdict :attr:`two_stages`."""
+    ``attention_ratio`` (nan if never). The rule's verdict :attr:`two_stages`. Chapter 9's rule; not
+    :class:`topicmech.dynamics.StageTimes`, which times the synthetic runs."""
 
     embedding: float
     attention: float
@@ -426,7 +427,8 @@ STAGE_GAP, STAGE_RATIO, STAGE_FACTOR = 0.1, 1.2, 2.0
 
 def stage_times(run: WordMLM, *, embedding_gap: float = STAGE_GAP, attention_ratio: float = STAGE_RATIO,
                 factor: float = STAGE_FACTOR) -> StageTimes:
-    """The stage rule on a run's tracked probes (see :class:`StageTimes`). The embedding side reads the cosine
+    """The stage rule on a run's tracked probes (see :class:`StageTimes`; not
+    :func:`topicmech.dynamics.stage_times`). The embedding side reads the cosine
     gap, not the ratio: at initialisation both means are near 0 and their ratio is noise."""
     steps = run.steps
 

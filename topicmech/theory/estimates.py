@@ -38,7 +38,8 @@ def check_sample(inputs: Any, selected: Any, docs: Any, num_tokens: int) -> tupl
 
 
 def doc_counts(tokens: np.ndarray, weights: np.ndarray, D: int) -> np.ndarray:
-    """Per-document weighted token counts: (n, N) ids and weights -> (n, D)."""
+    """Per-document weighted token counts: (n, N) ids and weights -> (n, D) (the unweighted
+    counts of a torch tensor are :func:`topicmech.stats.doc_counts`)."""
     n = tokens.shape[0]
     flat = (np.arange(n)[:, None] * D + tokens).ravel()
     return np.bincount(flat, weights=weights.ravel().astype(np.float64), minlength=n * D).reshape(n, D)
