@@ -93,8 +93,10 @@ class SimplifiedTopicModel(TopicModel):
 
     Parameters
     ----------
-    num_topics, words_per_topic : int
-        ``T`` and ``v``.
+    num_topics : int
+        ``T``, the number of topics.
+    words_per_topic : int
+        ``v``, the words of each topic.
     topics_per_doc : int
         ``tau``, with ``1 <= tau <= T``.
     """
@@ -128,8 +130,10 @@ class LDATopicModel(TopicModel):
 
     Parameters
     ----------
-    num_topics, words_per_topic : int
-        ``T`` and ``v``.
+    num_topics : int
+        ``T``, the number of topics.
+    words_per_topic : int
+        ``v``, the words of each topic.
     alpha : float
         Symmetric Dirichlet concentration (> 0); the released code's data use ``alpha = 0.1``
         (the concentration of the authors' reported experiments is not known).

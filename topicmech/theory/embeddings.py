@@ -56,12 +56,16 @@ def tied_embedding_optimum(Sigma: np.ndarray, C: np.ndarray, d: int, seed: int =
 
     Parameters
     ----------
-    Sigma, C : ndarray, shape (D, D)
-        Moments from :func:`moments`.
+    Sigma : ndarray, shape (D, D)
+        The input moment ``Sigma`` from :func:`moments`.
+    C : ndarray, shape (D, D)
+        The cross moment ``C`` from :func:`moments`.
     d : int
         Embedding dimension >= 1.
-    steps, restarts : int
-        Maximum L-BFGS iterations per start; number of starts.
+    steps : int
+        Maximum L-BFGS iterations per start.
+    restarts : int
+        Number of starts.
 
     Returns
     -------

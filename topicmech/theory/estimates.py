@@ -63,8 +63,12 @@ def least_squares_value_matrix(inputs: Any, selected: Any, docs: Any, num_tokens
 
     Parameters
     ----------
-    inputs, selected, docs : tensors or ndarrays, shape (num_docs, doc_len)
-        Corrupted ids (``[MASK] = num_tokens - 1``), selection mask (bool), true word ids.
+    inputs : tensor or ndarray, shape (num_docs, doc_len)
+        Corrupted ids (``[MASK] = num_tokens - 1``).
+    selected : tensor or ndarray of bool, shape (num_docs, doc_len)
+        The selection mask.
+    docs : tensor or ndarray, shape (num_docs, doc_len)
+        True word ids.
     num_tokens : int
         D = V + 1.
     attend_to_masked : bool, keyword only

@@ -319,8 +319,10 @@ def value_block_coefficients(setting: Setting, l2: float = 0.0) -> ValueBlocks:
 
     Parameters
     ----------
-    setting, l2
+    setting : Setting
         As in :func:`optimal_value_matrix`.
+    l2 : float
+        Ridge weight, as in :func:`optimal_value_matrix`.
 
     Returns
     -------
