@@ -53,7 +53,8 @@ END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}[^\n]*\n\1[ \t]*$", re.M)
 NOTE = "*Solution removed in the students' edition.*"
 REPO_URL = "https://github.com/topicmech/topicmech.git"
 # Pages that cannot run outside the repository, with the reason.
-EXCLUDED = {"performance": "reads the stored benchmark results in benchmarks/results/"}
+EXCLUDED = {"performance": "reads the stored benchmark results in benchmarks/results/",
+            "api": "shows the package's docstrings, which only Sphinx renders"}
 PAGETIME = re.compile(r"\{pagetime\}`([^`]*)`")
 GLUE_IMPORT = re.compile(r"^([ \t]*)from myst_nb import glue[ \t]*$", re.M)
 GLUE_FALLBACK = '''try:

@@ -300,3 +300,35 @@ def test_fixed_masks_and_epochs_match_reference_and_fast_paths() -> None:
         train(model(), tokens, steps=2, sampling="epochs")
     with pytest.raises(ValueError, match="masks must be"):
         train(model(), tokens, steps=2, masks=(masks[0], masks[1][:, :3]))
+
+
+# ---- a Setting carried into the model and the loop ------------------------------------------------
+
+
+def test_from_setting_takes_the_size_and_the_convention_from_the_setting():
+    from topicmech.setting import Setting
+
+    for si in (True, False):
+        s = Setting(5, 4, 2, 12, attend_to_masked=si)
+        m = OneLayerTransformer.from_setting(s, attention="learned", seed=3)
+        ref = OneLayerTransformer(s.D, attention="learned", seed=3, attend_to_masked=si)
+        assert (m.num_tokens, m.attend_to_masked) == (s.D, si)
+        assert torch.equal(m.W_K, ref.W_K) and torch.equal(m.W_V, ref.W_V)
+        # the same values given again are accepted
+        again = OneLayerTransformer.from_setting(s, num_tokens=s.D, attend_to_masked=si)
+        assert again.num_tokens == s.D
+
+
+@pytest.mark.parametrize("data_kind", ["topic model", "tensor"])
+def test_train_with_a_setting_equals_train_with_its_fields(data_kind):
+    from topicmech.setting import Setting
+
+    masking = Masking(mask_prob=0.3, keep_prob=0.2, random_prob=0.1)
+    s = Setting(5, 4, 2, 12, masking=masking, attend_to_masked=False)
+    data = TM if data_kind == "topic model" else TM.sample(16, 12, seed=1)
+    runs = []
+    for kwargs in (dict(setting=s), dict(doc_len=12, masking=masking),
+                   dict(setting=s, doc_len=12, masking=masking)):
+        model = OneLayerTransformer.from_setting(s)
+        runs.append(train(model, data, steps=5, batch_size=8, seed=2, **kwargs).loss)
+    assert runs[0] == runs[1] == runs[2]

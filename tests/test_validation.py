@@ -21,7 +21,7 @@ from topicmech.data import LDATopicModel, SimplifiedTopicModel, bert_mask, check
 from topicmech.losses import mlm_loss
 from topicmech.model import OneLayerTransformer, TwoLayerTransformer, key_visibility
 from topicmech.probes import attention_by_relation, block_means, relation_masks, topic_contrasts
-from topicmech.setting import Masking
+from topicmech.setting import Masking, Setting
 from topicmech.train import History, train
 
 TM = SimplifiedTopicModel(2, 2, 2)           # V = 4, D = 5
@@ -187,6 +187,25 @@ each("setup_notebook(threads", lambda b: lambda: notebook.setup_notebook(0, thre
 each("check_positive_int(x", lambda b: lambda: utils.check_positive_int("x_arg", b), "x_arg", (0, True))
 each("check_probability(p", lambda b: lambda: utils.check_probability("p_arg", b), "p_arg", (math.nan, "0.5"))
 add("check_masking(keep 0.9 + random 0.2)", lambda: utils.check_masking(0.1, 0.9, 0.2), "keep_prob")
+
+# ---- a Setting carried into the model and the training loop --------------------------------------
+SET = Setting(2, 2, 2, 4, attend_to_masked=True)     # the size of TM, N = 4
+each("train(setting", lambda b: train_with(setting=b, doc_len=None), "setting", ("T=2", 5))
+add("train(setting with doc_len=inf)", train_with(setting=SET.replace(doc_len=math.inf), doc_len=None), "doc_len",
+    "inf")
+add("train(doc_len=5, setting N=4)", train_with(setting=SET, doc_len=5), "doc_len", "5")
+add("train(masking p_m=0.3, setting BERT)", train_with(setting=SET, doc_len=None, masking=Masking(0.3)), "masking",
+    "0.3")
+add("train(model hidden keys, setting visible)",
+    train_with(setting=SET, doc_len=None, model=OneLayerTransformer(D, attend_to_masked=False)), "attend_to_masked")
+add("train(model D=7, setting D=5)",
+    train_with(setting=SET, doc_len=None, model=OneLayerTransformer(7, attend_to_masked=True)), "num_tokens", "7")
+add("train(data of length 3, setting N=4)", train_with(setting=SET, doc_len=None, data=DOCS[:, :3]), "doc_len", "3")
+add("OneLayerTransformer.from_setting(setting='T=2')", lambda: OneLayerTransformer.from_setting("T=2"), "setting")
+add("OneLayerTransformer.from_setting(attend_to_masked=False, setting True)",
+    lambda: OneLayerTransformer.from_setting(SET, attend_to_masked=False), "attend_to_masked", "False")
+add("OneLayerTransformer.from_setting(num_tokens=7, setting D=5)",
+    lambda: OneLayerTransformer.from_setting(SET, num_tokens=7), "num_tokens", "7")
 
 # ---- the test -----------------------------------------------------------------------------------------
 

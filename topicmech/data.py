@@ -93,8 +93,10 @@ class SimplifiedTopicModel(TopicModel):
 
     Parameters
     ----------
-    num_topics, words_per_topic : int
-        ``T`` and ``v``.
+    num_topics : int
+        ``T``, the number of topics.
+    words_per_topic : int
+        ``v``, the words of each topic.
     topics_per_doc : int
         ``tau``, with ``1 <= tau <= T``.
     """
@@ -128,10 +130,13 @@ class LDATopicModel(TopicModel):
 
     Parameters
     ----------
-    num_topics, words_per_topic : int
-        ``T`` and ``v``.
+    num_topics : int
+        ``T``, the number of topics.
+    words_per_topic : int
+        ``v``, the words of each topic.
     alpha : float
-        Symmetric Dirichlet concentration (> 0); the authors use ``alpha = 0.1``.
+        Symmetric Dirichlet concentration (> 0); the released code's data use ``alpha = 0.1``
+        (the concentration of the authors' reported experiments is not known).
     """
 
     def __init__(self, num_topics: int, words_per_topic: int, alpha: float) -> None:
@@ -194,7 +199,7 @@ def heldout_batch(topic_model: TopicModel, num_docs: int, doc_len: int, *, seed:
                   masking: Masking | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A fixed batch ``(inputs, selected)``, shape ``(num_docs, doc_len)``, on which to read attention.
 
-    ``masking=None`` (default, as the authors' inspection script) gives clean documents and
+    ``masking=None`` (default, as the released code's inspection script) gives clean documents and
     ``selected=None``; a :class:`~topicmech.setting.Masking` corrupts them with
     :func:`bert_mask` (seed ``seed + 1``).
     """

@@ -81,7 +81,10 @@ def value_gap(model: nn.Module, W_star: torch.Tensor | np.ndarray, *, ignore_mas
 def attention_stats(
     model: nn.Module, inputs: torch.Tensor, topic_of_word: torch.Tensor, selected: torch.Tensor | None = None,
 ) -> AttentionByRelation:
-    """:func:`topicmech.probes.attention_by_relation` of ``model.attention_pattern(inputs, selected)``."""
+    """:func:`topicmech.probes.attention_by_relation` of ``model.attention_pattern(inputs, selected)``.
+
+    For the package's one-layer and two-layer models; not :func:`topicmech.pretrained.attention_stats`,
+    which reads a pretrained encoder on real text."""
     with torch.no_grad():
         pattern = model.attention_pattern(inputs, selected)                    # (B, query, key)
     return attention_by_relation(pattern, inputs, topic_of_word)
@@ -228,7 +231,8 @@ class StageTimes:
     """When each stage happens: ``W^V`` has closed ``value_fraction`` of its gap at ``value_step``.
 
     The attention contrast has covered ``attention_fraction`` of its rise at ``attention_step``
-    (None if it never rises).
+    (None if it never rises). For synthetic runs; not :class:`topicmech.realtext.StageTimes`,
+    chapter 9's rule on a word-level model of real text.
     """
 
     value_step: int
@@ -249,7 +253,8 @@ def stage_times(
     reference: Literal["final", "max"] | float = "final",
     value_probe: str = "value_gap", attention_probe: str = "attn_contrast",
 ) -> StageTimes:
-    """Stage times of a run tracked with :func:`standard_probes`.
+    """Stage times of a run tracked with :func:`standard_probes` (not
+    :func:`topicmech.realtext.stage_times`, chapter 9's rule on real text).
 
     :func:`topicmech.traces.closing_step` of ``value_probe`` at ``value_fraction`` and
     :func:`topicmech.traces.reaching_step` of

@@ -6,6 +6,8 @@ The prediction at a selected position is ``f = W_U W_E xbar`` with an identity h
 and probes of a learned embedding. The tied-head optima in closed form are in
 :mod:`topicmech.theory` (``tied_embedding_blocks``, and ``tied_bias_optimum`` for the authors'
 head with a logit bias, ``embedding_model(..., bias=True)``). Columns of ``W_E`` are embeddings.
+:class:`~topicmech.probes.TopicCosines` and :func:`~topicmech.probes.topic_cosines` are
+re-exported here from :mod:`topicmech.probes`, where they are documented.
 """
 
 from __future__ import annotations

@@ -116,10 +116,14 @@ def chunk_statistics(docs: torch.Tensor, sel_u: torch.Tensor, branch: torch.Tens
 
     Parameters
     ----------
-    docs, random_words : LongTensor, shape (..., N)
-        True word ids; uniform random words.
-    sel_u, branch : Tensor, shape (..., N)
-        Uniform draws in [0, 1) (selection; ``[MASK]``, random or kept).
+    docs : LongTensor, shape (..., N)
+        True word ids.
+    random_words : LongTensor, shape (..., N)
+        Uniform random words (shown where a selected position becomes a random word).
+    sel_u : Tensor, shape (..., N)
+        Uniform draws in [0, 1) that decide the selection.
+    branch : Tensor, shape (..., N)
+        Uniform draws in [0, 1) that decide ``[MASK]``, random word or kept.
     masking : Masking
         The corruption probabilities (not validated again).
     lengths : LongTensor, shape (...), optional
@@ -169,8 +173,10 @@ def uniform_loss(z: torch.Tensor, Y: torch.Tensor, n: torch.Tensor, kind: LossKi
 
     Parameters
     ----------
-    z, Y : Tensor, shape (B, D)
-        Logits of each document (the same at every position) and its target counts.
+    z : Tensor, shape (B, D)
+        Logits of each document (the same at every position).
+    Y : Tensor, shape (B, D)
+        Its target counts.
     n : Tensor, shape (B,)
         Selected positions per document (``= Y.sum(1)``).
     kind : {"squared", "cross_entropy"}
@@ -256,8 +262,10 @@ def selected_loss(model: OneLayerTransformer, inputs: torch.Tensor, targets: tor
 
     Parameters
     ----------
-    inputs, targets : LongTensor, shape (B, N)
-        Corrupted and true token ids.
+    inputs : LongTensor, shape (B, N)
+        Corrupted token ids.
+    targets : LongTensor, shape (B, N)
+        True token ids.
     selected : BoolTensor, shape (B, N)
     valid : BoolTensor, shape (B, N), optional
         Real (not padding) positions.

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from .data import check_docs
-from .setting import check_attend_to_masked
+from .setting import Setting, check_attend_to_masked
 from .utils import check_choice, check_float, check_positive_int, make_generator
 
 __all__ = ["INPUT_NORM_EPS", "OneLayerTransformer", "TwoLayerTransformer", "key_visibility", "token_counts"]
@@ -76,15 +76,26 @@ class OneLayerTransformer(nn.Module):
         ``D = V + 1`` (real words, then ``[MASK]``).
     d_model : int, optional
         ``d``; must be ``D`` (the default) for one-hot embeddings or an identity head.
-    embedding, attention, value : {"one_hot", "learned"}, {"uniform", "learned"}, {"identity", "learned"}
-        ``W_E = I`` or learned; ``W_K = W_Q = 0`` frozen or learned; ``W_V = I`` or learned.
+    embedding : {"one_hot", "learned"}
+        ``"one_hot"``: ``W_E = I`` (a buffer); ``"learned"``: a trained ``W_E``.
+    attention : {"uniform", "learned"}
+        ``"uniform"``: ``W_K = W_Q = 0`` frozen, so every query attends uniformly to the visible
+        keys; ``"learned"``: trained ``W_K`` and ``W_Q``.
+    value : {"identity", "learned"}
+        ``"identity"``: ``W_V = I`` (a buffer); ``"learned"``: a trained ``W_V``.
     head : {"identity", "tied", "learned"}
         ``W_U = I``, ``W_E^T`` or learned.
     attend_to_masked : bool
         Whether selected positions are keys: True, the theory's convention; False, the released
         code's (no default: see :class:`topicmech.Setting`).
     init_scale : float
-        Standard deviation of the Gaussian initialisation of every learned matrix.
+        The scale of the initial weights (>= 0); what it means depends on ``init``. Learned
+        ``W_E`` and ``W_U`` are always drawn from ``N(0, init_scale^2)``; learned ``W_K``,
+        ``W_Q``, ``W_V`` are drawn from ``N(0, init_scale^2)`` under ``init="gaussian"``,
+        uniformly from ``[0, init_scale)`` under ``init="uniform"``, and ignore it under
+        ``init="torch"``.
+    seed : int
+        Seeds the initial weights.
     bias : bool
         Add a trained logit bias ``b_pred`` (shape ``(D,)``, initially 0; the authors' ``b^pred``) to
         every position's logits; without it ``b_pred`` is None.
@@ -97,11 +108,12 @@ class OneLayerTransformer(nn.Module):
         Trained biases ``b_V`` on the value map and, with learned attention, ``b_K``, ``b_Q`` on
         the key and query maps (None when absent), as in the released code.
     init : {"gaussian", "torch", "uniform"}
-        ``"gaussian"``: N(0, ``init_scale``^2) entries; ``"torch"``: PyTorch's default for a
-        linear layer, uniform in ``+-1/sqrt(d)`` for ``W_K``, ``W_Q``, ``W_V`` and their biases
-        (``init_scale`` unused), the released code's default; ``"uniform"``: ``W_K``, ``W_Q``,
-        ``W_V`` uniform in ``[0, init_scale)`` and biases 0, the released code's small
-        initialisation (``zero_init_attn``). ``W_E``, ``W_U`` stay Gaussian.
+        How the learned ``W_K``, ``W_Q``, ``W_V`` and their biases start. ``"gaussian"``:
+        entries from ``N(0, init_scale^2)``, biases 0. ``"torch"``: PyTorch's default for a
+        linear layer, uniform in ``(-1/sqrt(d), 1/sqrt(d))`` for the matrices and their biases
+        (``init_scale`` unused), the released code's default. ``"uniform"``: entries uniform in
+        ``[0, init_scale)``, biases 0, the released code's small initialisation
+        (``zero_init_attn``). Learned ``W_E`` and ``W_U`` are Gaussian under every ``init``.
     pad_id : int, optional
         A token id that marks padding: positions holding it are never keys.
     """
@@ -178,6 +190,28 @@ class OneLayerTransformer(nn.Module):
         #: Whether a forward hook or pre-hook was ever registered (it stays set after the hook is removed):
         #: :func:`topicmech.train.train` then runs the forward pass, which the hooks see, not a fast path.
         self.forward_hooked = False
+
+    @classmethod
+    def from_setting(cls, setting: Setting, d_model: int | None = None, **kwargs: Any) -> OneLayerTransformer:
+        """A model for ``setting``: ``num_tokens = setting.D`` and ``attend_to_masked =
+        setting.attend_to_masked``; ``d_model`` and the other keyword arguments as in the
+        constructor. ``num_tokens`` or ``attend_to_masked`` given as well must agree with the
+        setting (``ValueError`` naming both values otherwise).
+
+        Examples
+        --------
+        >>> s = Setting.stage2_quick(attend_to_masked=False)
+        >>> m = OneLayerTransformer.from_setting(s, attention="learned")
+        >>> (m.num_tokens, m.attend_to_masked, m.attention)
+        (21, False, 'learned')
+        """
+        if not isinstance(setting, Setting):
+            raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+        for name, want in (("num_tokens", setting.D), ("attend_to_masked", setting.attend_to_masked)):
+            have = kwargs.pop(name, want)
+            if have != want or isinstance(have, bool) != isinstance(want, bool):
+                raise ValueError(f"{name}={have!r} disagrees with the setting's {want!r}")
+        return cls(setting.D, d_model, attend_to_masked=setting.attend_to_masked, **kwargs)
 
     def register_forward_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> RemovableHandle:
         """:meth:`torch.nn.Module.register_forward_hook`, also setting :attr:`forward_hooked`."""

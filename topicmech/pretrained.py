@@ -1,7 +1,8 @@
 """A pretrained encoder on real text (chapter 8): load a local BERT-like model (or its randomly
 initialised control), run its forward passes in forked workers, and measure (a) the similarity of its
 token embeddings and (b) the attention of every head by topic relation, with bootstrap intervals;
-:func:`probe` runs both against a fresh LDA fit, :func:`authors_metric` is the paper's Wikipedia metric.
+:func:`probe` runs both against a fresh LDA fit, :func:`authors_metric` is the paper's Wikipedia metric
+(its averaging of attention over layers and heads is our choice: the authors do not say how they aggregate).
 
 Nothing is set at import: the loaders read local folders only (``local_files_only=True``).
 """
@@ -169,8 +170,8 @@ class _SkipFeedForward(torch.nn.Module):
 @contextlib.contextmanager
 def _attention_only(model: PreTrainedModel) -> Any:
     """While the block runs, a BERT-like ``model`` skips the work that comes after the last attention weights
-    (the last layer's feed-forward block and the pooler): the attentions are unchanged, the hidden states are
-    not those of the model. Any other model runs unchanged."""
+    (the last layer's attention output projection, its feed-forward block and the pooler): the attentions are
+    unchanged, the hidden states are not those of the model. Any other model runs unchanged."""
     layers = getattr(getattr(model, "encoder", None), "layer", None)
     last = layers[-1] if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
     if last is None or not all(isinstance(getattr(last, n, None), torch.nn.Module) for n in ("intermediate", "output")):
@@ -297,7 +298,8 @@ def attention_stats(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
                     max_docs: int | None = None, pieces: PieceMode = "sum", min_distance: int = 0,
                     batch_size: int = 16, n_boot: int = 10000, level: float = 0.95, seed: int = 0,
                     cache: dict | None = None, key_baseline: bool = False) -> AttentionStats:
-    """Statistic (b): attention between same-topic vs different-topic words, per layer and head:
+    """Statistic (b) (not :func:`topicmech.dynamics.attention_stats`, which reads the package's models):
+    attention between same-topic vs different-topic words, per layer and head:
     ``chunks_per_doc`` passages of at most ``max_pieces`` pieces (:func:`~topicmech.alignment.chunk_text`) are drawn from each of
     ``max_docs`` drawn documents (None: all). Each head's attention is pooled to words (:func:`~topicmech.alignment.pool_attention`),
     times the passage length, and averaged over the word pairs of each relation (:func:`~topicmech.word_pairs.relation_masks_for_words`);
@@ -404,7 +406,8 @@ def authors_metric(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, c
                    overlaps: Sequence[bool] = (False, True), max_pieces: int = 128, chunks_per_doc: int | None = 1,
                    max_docs: int | None = None, seed: int = 0,
                    vectors: Literal["table", "layer"] = "table") -> pd.DataFrame:
-    """The authors' Wikipedia metric for one encoder, three same/different ratios per word selection:
+    """The authors' Wikipedia metric for one encoder (attention averaged over layers and heads: our choice),
+    three same/different ratios per word selection:
     for each ``fraction`` and ``overlap``, the single-WordPiece words of :func:`~topicmech.corpus.top_topic_words` give the
     cosine and dot-product ratios (:func:`~topicmech.word_pairs.embedding_ratios`) of their rows of the input embedding table
     (``vectors="table"``) or of ``model.embeddings`` for the word alone (``"layer"``), and the attention ratio

@@ -40,7 +40,7 @@ RELATIONS: tuple[str, str, str] = ("same_word", "same_topic", "diff_topic")
 
 
 def authors_lda() -> LDATopicModel:
-    """The topic model of the authors' released synthetic data: 10 topics x 10 words, ``alpha = 0.1``."""
+    """The topic model of the released code's synthetic data: 10 topics x 10 words, ``alpha = 0.1``."""
     return LDATopicModel(10, 10, 0.1)
 
 
@@ -89,8 +89,8 @@ def synthetic_run(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, st
                   probe_every: int = 10) -> SyntheticRun:
     """Train ``W^K``, ``W^Q``, ``W^V`` jointly with cross-entropy and measure attention and norms.
 
-    One-layer model with one-hot embeddings, identity head and hidden masked keys (the authors'
-    code); BERT corruption 0.15/0.1/0.1; batches resampled with replacement from ``train_docs``.
+    One-layer model with one-hot embeddings, identity head and hidden masked keys (the released
+    code's convention); BERT corruption 0.15/0.1/0.1; batches resampled with replacement from ``train_docs``.
 
     Parameters
     ----------
@@ -102,8 +102,12 @@ def synthetic_run(seed: int, *, optimizer: Literal["sgd", "adam"], lr: float, st
         Clean documents on which attention is read.
     topic_model : TopicModel, optional
         Supplies ``topic_of_word``; default :func:`authors_lda`.
-    init_scale, batch_size, probe_every
-        Gaussian initialisation scale, documents per step (40 as released), steps between norm readings.
+    init_scale : float
+        Gaussian initialisation scale.
+    batch_size : int
+        Documents per step (40 as released).
+    probe_every : int
+        Steps between norm readings.
     """
     steps = check_positive_int("steps", steps)
     if not (isinstance(train_docs, tuple) and len(train_docs) == 2):
@@ -244,17 +248,14 @@ def verdict(checks: Sequence[bool], *, essential: Sequence[bool] | None = None) 
 # The released code's training path, replayed
 # --------------------------------------------------------------------------------------------
 
-#: The released code's special tokens in our id layout (words ``0..V-1`` in topic order first,
-#: ``[MASK]`` last, as everywhere in the package); the released code numbers them 0-3.
+#: The released code's special tokens in our id layout (words ``0..V-1`` first, ``[MASK]`` last); it numbers them 0-3.
 RELEASED_IDS: dict[str, int] = {"PAD": 100, "START": 101, "END": 102, "MASK": 103}
 
-
-#: The book's one run of the released code itself on its learned-attention path (AdamW, weight
-#: decay 0, learning rate 0.01, its shipped data, seed 0, CPU), read at its first evaluation
-#: (after 1,001 updates) with its own inspection on unmasked dev documents: dev loss, the
-#: Frobenius norms of ``W^K``, ``W^Q``, ``W^V``, and the mean attention by relation (the
-#: released code's convention: selected positions hidden as keys). Measured once, by hand,
-#: and listed on the book's page of the authors' statements; not recomputed by the package.
+#: The book's one run of the released code itself on its learned-attention path (AdamW, weight decay 0, learning rate
+#: 0.01, its shipped data, seed 0, CPU), read at its first evaluation (after 1,001 updates) with its own inspection
+#: on unmasked dev documents: dev loss, the Frobenius norms of ``W^K``, ``W^Q``, ``W^V``, and the mean attention by
+#: relation (the released code's convention: selected positions hidden as keys). Measured once, by hand, and listed
+#: on the book's page of the authors' statements; not recomputed by the package.
 RELEASED_LEARNED_RUN: dict[str, float] = {
     "dev_loss": 3.412, "W_K_at_1000": 114.0, "W_Q_at_1000": 20.7, "W_V_at_1000": 24.7,
     "same_word": 0.01383, "same_topic": 0.01342, "diff_topic": 0.00579}
@@ -631,9 +632,8 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     return f"partly: holds {', '.join(held)}; misses {', '.join(missed)}"
 
 
-#: The authors' two-stage figure read as levels and timing: the norms at step 1,000 (``W^V`` 1.3
-#: to 2.1, ``W^K``, ``W^Q`` 5 to 12), the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700)
-#: and the step by which ``W^V`` plateaus (about 400).
+#: The authors' two-stage figure as levels and timing: norms at step 1,000 (``W^V`` 1.3 to 2.1, ``W^K``, ``W^Q``
+#: 5 to 12), the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700), ``W^V``'s plateau step (about 400).
 AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400.0, 700.0), "v_plateau": 400.0}
 
 

@@ -92,6 +92,8 @@ class Masking:
         return dataclasses.replace(self, **changes)
 
 
+#: BERT's corruption, ``Masking(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)``: the default
+#: ``masking`` of :class:`Setting`, :func:`topicmech.train.train` and the recipes.
 BERT_MASKING = Masking()
 
 
@@ -101,8 +103,12 @@ class Setting:
 
     Parameters
     ----------
-    num_topics, words_per_topic, topics_per_doc : int
-        ``T >= 1``, ``v >= 1``, ``1 <= tau <= T``.
+    num_topics : int
+        ``T >= 1``, the number of topics.
+    words_per_topic : int
+        ``v >= 1``, the words of each topic.
+    topics_per_doc : int
+        ``tau``, the topics of each document, ``1 <= tau <= T``.
     doc_len : int or math.inf
         ``N >= 2``; ``math.inf`` stands for the long-document limit (closed forms only).
     masking : Masking, keyword only

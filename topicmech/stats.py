@@ -22,7 +22,8 @@ __all__ = ["doc_counts", "count_chi2", "pair_stats", "max_abs_z", "distinct_topi
 
 
 def doc_counts(tokens: torch.Tensor, size: int) -> np.ndarray:
-    """Count vectors, shape ``(num_docs, size)``, float64: how often each id occurs in each document.
+    """Count vectors, shape ``(num_docs, size)``, float64: how often each id occurs in each document
+    (unweighted; :func:`topicmech.theory.estimates.doc_counts` weights each position).
 
     ``tokens``: LongTensor of shape ``(num_docs, N)`` with ids in ``[0, size)``.
     """

@@ -96,12 +96,20 @@ def stage1_point(seed: int, *, setting: Setting, dirichlet_alpha: float | None =
     dirichlet_alpha : float, optional
         Switches to :class:`~topicmech.data.LDATopicModel` data (the setting's ``topics_per_doc``
         is then not used).
-    lr, steps, anneal_steps : optional
-        Given ``lr`` and ``steps``, the run is ``steps`` steps at ``lr`` then ``anneal_steps``
-        (default 0) at ``lr / 10``; without them it runs the defaults of
+    lr : float, optional
+        Given with ``steps``, the run is ``steps`` steps at ``lr`` then ``anneal_steps`` at
+        ``lr / 10``; without them it runs the defaults of
         :func:`~topicmech.stage1.train_value_matrix`.
-    l2, init_scale, batch_size
-        Ridge weight (also of the exact squared-loss optimum), initial scale, documents per step.
+    steps : int, optional
+        The steps at ``lr``.
+    anneal_steps : int, optional
+        The steps at ``lr / 10`` after them (default 0).
+    l2 : float
+        Ridge weight (also of the exact squared-loss optimum).
+    init_scale : float
+        Initial scale of ``W^V``.
+    batch_size : int
+        Documents per step.
     return_matrix : bool
         Also return the trained ``"W_V"``.
 

@@ -18,7 +18,7 @@ from torch import nn
 from . import fast
 from .data import TopicModel, check_docs, corrupt
 from .losses import LOSS_KINDS, LossKind, mlm_loss
-from .setting import BERT_MASKING, Masking
+from .setting import BERT_MASKING, Masking, Setting
 from .utils import check_choice, check_float, check_positive_int, check_seed, make_generator, spawn_seeds
 
 __all__ = ["History", "check_phases", "train", "train_uniform"]
@@ -154,6 +154,26 @@ def _phase_seeds(seed: object, num_phases: int) -> list[int]:
     return [check_seed(s) for s in seed]
 
 
+def _from_setting(setting: object, model: object, data: object, doc_len: object,
+                  masking: object) -> tuple[int, Masking]:
+    """``(doc_len, masking)`` from ``setting``, after checking it against the other arguments."""
+    if not isinstance(setting, Setting):
+        raise ValueError(f"setting must be a topicmech.Setting, got {setting!r}")
+    if math.isinf(setting.N):
+        raise ValueError(f"training needs a finite setting.doc_len, got {setting.N!r}")
+    if doc_len is not None and doc_len != setting.N:
+        raise ValueError(f"doc_len={doc_len!r} disagrees with setting.doc_len={setting.N!r}")
+    if masking is not BERT_MASKING and masking != setting.masking:
+        raise ValueError(f"masking={masking!r} disagrees with setting.masking={setting.masking!r}")
+    for name, want in (("num_tokens", setting.D), ("attend_to_masked", setting.attend_to_masked)):
+        have = getattr(model, name, None)
+        if have is not None and have != want:
+            raise ValueError(f"model.{name}={have!r} disagrees with the setting's {want!r}")
+    if isinstance(data, torch.Tensor) and data.ndim == 2 and data.shape[1] != setting.N:
+        raise ValueError(f"data has documents of length {data.shape[1]}, but setting.doc_len={setting.N!r}")
+    return setting.N, setting.masking
+
+
 def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | None = None, lr: float | None = None,
           phases: Sequence[tuple[int, float]] | None = None, batch_size: int = 64,
           doc_len: int | None = None, loss: LossKind = "squared", optimizer: Literal["sgd", "adam"] = "sgd",
@@ -162,22 +182,36 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
           probe_every: int | None = None, progress: bool = False, lengths: torch.Tensor | None = None,
           check_every: int | None = None, path: Literal["auto", "fast", "reference"] = "auto",
           masks: tuple[torch.Tensor, torch.Tensor] | None = None,
-          sampling: Literal["replacement", "epochs"] = "replacement") -> History:
+          sampling: Literal["replacement", "epochs"] = "replacement",
+          setting: Setting | None = None) -> History:
     """Train the tensors with ``requires_grad`` of ``model`` by masked language modelling.
 
     Parameters
     ----------
+    model : OneLayerTransformer or TwoLayerTransformer
+        Trained in place; its frozen matrices (buffers, or ``requires_grad=False``) stay fixed.
     data : TopicModel or LongTensor of shape (num_docs, N)
         A topic model draws ``batch_size`` fresh documents of length ``doc_len`` every step;
         a tensor of documents is resampled with replacement.
-    steps, lr : int, float, optional
-        One phase of ``steps`` steps at learning rate ``lr`` (default 1.0 for SGD, 1e-2 for Adam).
+    steps : int, optional
+        One phase of ``steps`` steps (give ``steps`` or ``phases``).
+    lr : float, optional
+        The learning rate of that phase (default 1.0 for SGD, 1e-2 for Adam).
     phases : sequence of (steps, lr), optional
         Instead of ``steps`` and ``lr``: a piecewise-constant (step-decayed) schedule, the
         phases run one after the other, each with a fresh optimizer (fresh Adam moments) and
         its own data seed; steps are numbered across phases (see :func:`check_phases`).
-    loss, optimizer : {"squared", "cross_entropy"}, {"sgd", "adam"}
-        See :func:`topicmech.losses.mlm_loss`; plain SGD or Adam (``torch.optim``'s arithmetic).
+    batch_size : int
+        Documents per step.
+    doc_len : int, optional
+        ``N``, the length of the documents a topic model draws (required with a topic model,
+        unless ``setting`` gives it; unused with a tensor, whose width is ``N``).
+    loss : {"squared", "cross_entropy"}
+        The per-position loss at the selected positions (:func:`topicmech.losses.mlm_loss`).
+    optimizer : {"sgd", "adam"}
+        Plain SGD or Adam (``torch.optim``'s arithmetic).
+    l2 : float
+        The penalty ``l2 sum ||W||_F^2`` over the trained matrices (>= 0).
     masking : Masking
         BERT corruption (default :data:`~topicmech.setting.BERT_MASKING`), drawn afresh every
         step with the documents from ``seed``.
@@ -186,7 +220,11 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         which they are spawned (:func:`topicmech.utils.spawn_seeds`).
     probes : dict of str to callable, optional
         Functions of the model recorded before training, every ``probe_every`` steps of a phase
-        (default ``max(1, steps // 50)`` of that phase) and at the end of each phase.
+        and at the end of each phase.
+    probe_every : int, optional
+        The probe interval (default ``max(1, steps // 50)`` of each phase).
+    progress : bool
+        Show a progress bar (``tqdm``).
     lengths : LongTensor of shape (num_docs,), optional
         Real lengths of padded tensor ``data`` (fast paths only); the rest is never a key or selected.
     check_every : int, optional
@@ -204,7 +242,20 @@ def train(model: nn.Module, data: TopicModel | torch.Tensor, *, steps: int | Non
         How a tensor ``data`` is batched: resampled with replacement every step, or (with
         ``masks``) in shuffled epochs, each document once per epoch, like
         ``torch.utils.data.DataLoader(shuffle=True)``.
+    setting : Setting, optional
+        Supplies ``doc_len = setting.N`` (which must be finite) and
+        ``masking = setting.masking``, and is checked against the model (``num_tokens == setting.D``,
+        ``attend_to_masked == setting.attend_to_masked``) and a tensor ``data`` (width
+        ``setting.N``). ``doc_len`` or ``masking`` given as well must agree with it; any
+        disagreement raises ``ValueError`` naming both values.
+
+    Returns
+    -------
+    History
+        The loss of every step and the probes' records.
     """
+    if setting is not None:
+        doc_len, masking = _from_setting(setting, model, data, doc_len, masking)
     check_choice("optimizer", optimizer, ("sgd", "adam"))
     if phases is None:
         if steps is None:

@@ -2,6 +2,9 @@
 
 Every closed form takes a :class:`topicmech.setting.Setting` (the data, the masking and the key
 convention): ``theory.moments(setting)``, ``theory.optimal_value_matrix(setting)`` (W*) and so on.
+Two closed forms hold for one convention only and ignore ``setting.attend_to_masked``:
+:func:`~topicmech.theory.value.diag_excess` (the theory's convention) and
+:func:`~topicmech.theory.value.topic_eigenvalue_hidden` (the released code's convention).
 Call the functions from here; the modules group them by subject:
 
 - :mod:`~topicmech.theory.value`: moments, W*, its orbit values (:class:`ValueBlocks`:

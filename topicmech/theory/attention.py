@@ -82,8 +82,12 @@ def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected
     ----------
     value_matrix : ndarray, shape (D, D)
         W.
-    inputs, selected, docs : tensors or ndarrays, shape (num_docs, doc_len)
-        As in :func:`least_squares_value_matrix`.
+    inputs : tensor or ndarray, shape (num_docs, doc_len)
+        Corrupted ids, as in :func:`least_squares_value_matrix`.
+    selected : tensor or ndarray of bool, shape (num_docs, doc_len)
+        The selection mask, as there.
+    docs : tensor or ndarray, shape (num_docs, doc_len)
+        True word ids, as there.
     attend_to_masked : bool, keyword only
         The key convention.
 
@@ -115,8 +119,10 @@ def key_query_gradient(value_matrix: np.ndarray, setting: Setting, num_docs: int
         Usually :func:`optimal_value_matrix` of the same setting.
     setting : Setting
         As in :func:`moments` (``doc_len`` finite).
-    num_docs, seed : int
-        Documents sampled; their seed.
+    num_docs : int
+        Documents sampled.
+    seed : int
+        Their seed.
 
     Returns
     -------
@@ -432,8 +438,10 @@ def tied_attention_objective(setting: Setting, *, seed: int = 0,
     ----------
     setting : Setting
         ``v >= 2``, ``1 <= tau < T``, ``N`` finite or ``math.inf``, ``0 < p_m < 1``; both key conventions.
-    seed, num_docs : int
-        Sample seed and size.
+    seed : int
+        Sample seed.
+    num_docs : int
+        Sample size (documents).
     """
     p = _check_tied_setting(setting, allow_limit=True)
     if math.isinf(p.N):
@@ -459,21 +467,54 @@ class TiedAttentionOptimum:
 
     Parameters
     ----------
-    alpha, beta : float
-        Optimal ``c_2 / c_3`` (same topic) and ``c_1 / c_3`` (same token).
+    alpha : float
+        Optimal ``c_2 / c_3`` (same topic).
+    beta : float
+        Optimal ``c_1 / c_3`` (same token).
     weighted_ratio : float
         ``((v - 1) / v) alpha + beta / v``, the quantity the authors bound.
-    loss, uniform_loss, uniform_loss_exact, gain : float
-        Estimated loss at the optimum and at ``alpha = beta = 1`` (same sample), the exact stage-1
-        loss that the latter estimates, and ``gain = uniform_loss - loss``.
-    loss_se, gain_se, log_alpha_se, log_beta_se, weighted_ratio_se : float
-        Standard errors: of the loss level, of the gain, and (sandwich) of the location.
+    loss : float
+        Estimated loss at the optimum.
+    uniform_loss : float
+        Estimated loss at ``alpha = beta = 1`` (same sample).
+    uniform_loss_exact : float
+        The exact stage-1 loss that ``uniform_loss`` estimates.
+    gain : float
+        ``uniform_loss - loss``.
+    loss_se : float
+        Standard error of the loss level.
+    gain_se : float
+        Standard error of the gain.
+    log_alpha_se : float
+        Standard error (sandwich) of ``log alpha``.
+    log_beta_se : float
+        Standard error (sandwich) of ``log beta``.
+    weighted_ratio_se : float
+        Standard error (sandwich) of ``weighted_ratio``.
     at_bound : bool
         The optimum lies on the edge ``|log alpha|, |log beta| = 12`` of the search box.
-    num_docs, num_positions : int
-        Documents with a used position; selected positions.
-    num_topics, words_per_topic, topics_per_doc, doc_len, mask_prob, keep_prob, random_prob, attend_to_masked, seed
-        The setting (flat, for JSON; :attr:`setting` rebuilds it) and the sample seed.
+    num_docs : int
+        Documents with a used position.
+    num_positions : int
+        Selected positions.
+    num_topics : int
+        ``T`` of the setting (its fields are kept flat, for JSON; :attr:`setting` rebuilds it).
+    words_per_topic : int
+        ``v``.
+    topics_per_doc : int
+        ``tau``.
+    doc_len : int
+        ``N``.
+    mask_prob : float
+        ``p_m``.
+    keep_prob : float
+        ``p_c``.
+    random_prob : float
+        ``p_r``.
+    attend_to_masked : bool
+        The key convention.
+    seed : int
+        The sample seed.
     """
 
     alpha: float
@@ -698,22 +739,41 @@ class TiedAttentionLimit:
 
     Parameters
     ----------
-    alpha, beta : float
-        Optimal ``c_2 / c_3`` (same topic) and ``c_1 / c_3`` (same token); with hidden keys
-        (``identified`` False) the point ``alpha = beta`` of the optimal line.
+    alpha : float
+        Optimal ``c_2 / c_3`` (same topic); with hidden keys (``identified`` False) the point
+        ``alpha = beta`` of the optimal line.
+    beta : float
+        Optimal ``c_1 / c_3`` (same token); ``beta = alpha`` with hidden keys.
     weighted_ratio : float
         ``((v - 1) / v) alpha + beta / v``.
     identified : bool
         False when the limit loss depends on ``(alpha, beta)`` only through the weighted ratio
         (hidden keys).
-    loss, uniform_loss, gain : float
-        The limit loss at the optimum and at ``alpha = beta = 1``, and their difference.
+    loss : float
+        The limit loss at the optimum.
+    uniform_loss : float
+        The limit loss at ``alpha = beta = 1``.
+    gain : float
+        ``uniform_loss - loss``.
     gradient_norm : float
         Norm of the gradient in ``(log alpha, log beta)`` at the optimum (the numerical error).
     at_bound : bool
         The optimum lies on the edge ``|log alpha|, |log beta| = 12`` of the search box.
-    num_topics, words_per_topic, topics_per_doc, mask_prob, keep_prob, random_prob, attend_to_masked
-        The setting (flat, for JSON; ``doc_len`` is ``math.inf``; :attr:`setting` rebuilds it).
+    num_topics : int
+        ``T`` of the setting (its fields are kept flat, for JSON; ``doc_len`` is
+        ``math.inf``; :attr:`setting` rebuilds it).
+    words_per_topic : int
+        ``v``.
+    topics_per_doc : int
+        ``tau``.
+    mask_prob : float
+        ``p_m``.
+    keep_prob : float
+        ``p_c``.
+    random_prob : float
+        ``p_r``.
+    attend_to_masked : bool
+        The key convention.
     """
 
     alpha: float

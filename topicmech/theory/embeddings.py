@@ -56,12 +56,16 @@ def tied_embedding_optimum(Sigma: np.ndarray, C: np.ndarray, d: int, seed: int =
 
     Parameters
     ----------
-    Sigma, C : ndarray, shape (D, D)
-        Moments from :func:`moments`.
+    Sigma : ndarray, shape (D, D)
+        The input moment ``Sigma`` from :func:`moments`.
+    C : ndarray, shape (D, D)
+        The cross moment ``C`` from :func:`moments`.
     d : int
         Embedding dimension >= 1.
-    steps, restarts : int
-        Maximum L-BFGS iterations per start; number of starts.
+    steps : int
+        Maximum L-BFGS iterations per start.
+    restarts : int
+        Number of starts.
 
     Returns
     -------
@@ -324,7 +328,8 @@ def weighted_topic_gap(matrix: torch.Tensor | np.ndarray, num_topics: int, words
     """Mean over same-topic word pairs (same word included) minus mean over different-topic pairs.
 
     ``(w_diag + (v - 1) w_same) / v - w_diff`` in the orbit means of a ``(V, V)`` or ``(D, D)``
-    matrix: the authors' frequency-weighted gap, ``lam_topic / v`` for a symmetric matrix,
+    matrix: our reading of the authors' "mean same-topic minus mean different-topic entry" (the same
+    word counted as same topic), ``lam_topic / v`` for a symmetric matrix,
     unchanged by adding a constant.
     """
     G = as_float64(matrix)

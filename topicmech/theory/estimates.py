@@ -38,7 +38,8 @@ def check_sample(inputs: Any, selected: Any, docs: Any, num_tokens: int) -> tupl
 
 
 def doc_counts(tokens: np.ndarray, weights: np.ndarray, D: int) -> np.ndarray:
-    """Per-document weighted token counts: (n, N) ids and weights -> (n, D)."""
+    """Per-document weighted token counts: (n, N) ids and weights -> (n, D) (the unweighted
+    counts of a torch tensor are :func:`topicmech.stats.doc_counts`)."""
     n = tokens.shape[0]
     flat = (np.arange(n)[:, None] * D + tokens).ravel()
     return np.bincount(flat, weights=weights.ravel().astype(np.float64), minlength=n * D).reshape(n, D)
@@ -62,8 +63,12 @@ def least_squares_value_matrix(inputs: Any, selected: Any, docs: Any, num_tokens
 
     Parameters
     ----------
-    inputs, selected, docs : tensors or ndarrays, shape (num_docs, doc_len)
-        Corrupted ids (``[MASK] = num_tokens - 1``), selection mask (bool), true word ids.
+    inputs : tensor or ndarray, shape (num_docs, doc_len)
+        Corrupted ids (``[MASK] = num_tokens - 1``).
+    selected : tensor or ndarray of bool, shape (num_docs, doc_len)
+        The selection mask.
+    docs : tensor or ndarray, shape (num_docs, doc_len)
+        True word ids.
     num_tokens : int
         D = V + 1.
     attend_to_masked : bool, keyword only

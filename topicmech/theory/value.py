@@ -8,6 +8,8 @@ True every position is a key; with False selected positions are hidden and the [
 column of ``Sigma``, ``C`` and ``W*`` are 0. Population loss ``L(W) = tr(W Sigma W^T) -
 2 tr(W C^T) + 1``; ridge adds ``l2 ||W||_F^2``. The entries of the word block of W* are
 ``w_diag`` (same word), ``w_same`` (same topic) and ``w_diff`` (different topics).
+:func:`~topicmech.probes.topic_eigenvalue` is re-exported here from :mod:`topicmech.probes`,
+where it is documented.
 """
 
 from __future__ import annotations
@@ -317,8 +319,10 @@ def value_block_coefficients(setting: Setting, l2: float = 0.0) -> ValueBlocks:
 
     Parameters
     ----------
-    setting, l2
+    setting : Setting
         As in :func:`optimal_value_matrix`.
+    l2 : float
+        Ridge weight, as in :func:`optimal_value_matrix`.
 
     Returns
     -------
@@ -381,11 +385,15 @@ def orbit_deviation(matrix: np.ndarray, num_topics: int, words_per_topic: int) -
 
 # ---- closed forms -------------------------------------------------------------------------------
 def diag_excess(setting: Setting) -> float:
-    """Same-word boost ``w_diag - w_same`` of W* with visible keys.
+    """Same-word boost ``w_diag - w_same`` of W* in the theory's convention (visible keys).
 
     ``N p_c / [(p_c + p_r) + (N - 1)(1 - p_m p_[M])]``, tending to ``p_c / (1 - p_m p_[M])``
-    as N -> inf; independent of T, v, tau (and 0 with hidden keys). Reads ``setting.doc_len``
-    and ``setting.masking`` only (the value holds for visible keys whatever ``attend_to_masked``).
+    as N -> inf; independent of T, v, tau. This closed form is for one convention and
+    **ignores** ``setting.attend_to_masked``: it reads ``setting.doc_len`` and
+    ``setting.masking`` only, and a Setting in the released code's convention gets the
+    theory's-convention value too. In the released code's convention the boost is 0 for every
+    setting; ``diag - same_topic`` of :func:`value_block_coefficients` gives the boost in the
+    Setting's own convention.
     """
     s = check_setting(setting)
     N, p_m, p_c, p_r, p_M = s.N, s.p_m, s.p_c, s.p_r, s.p_M
@@ -395,12 +403,15 @@ def diag_excess(setting: Setting) -> float:
 
 
 def topic_eigenvalue_hidden(setting: Setting) -> float:
-    """Topic-contrast eigenvalue of W* with hidden keys.
+    """Topic-contrast eigenvalue of W* in the released code's convention (hidden keys).
 
     ``lambda_t = 1 / (1 + kappa (tau (T - 1) / (T - tau) - 1))``; then ``w_diff = (1 - lambda_t) / V``
     and ``w_diag = w_same = w_diff + lambda_t / v``. It is 0 when ``tau == T >= 2`` and nan when
-    T == 1. Reads ``num_topics``, ``topics_per_doc``, ``doc_len`` and ``mask_prob`` only (the
-    value holds for hidden keys whatever ``attend_to_masked``).
+    T == 1. This closed form is for one convention and **ignores** ``setting.attend_to_masked``:
+    it reads ``num_topics``, ``topics_per_doc``, ``doc_len`` and ``mask_prob`` only (``kappa``
+    is taken with hidden keys), and a Setting in the theory's convention gets the
+    released-code value too. ``topic_eigenvalue`` of :func:`value_block_coefficients` gives the
+    eigenvalue in the Setting's own convention.
     """
     s = check_setting(setting)
     T, tau = s.T, s.tau
