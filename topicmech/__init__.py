@@ -4,7 +4,8 @@ Companion package to the topicmech book, after Li, Li & Risteski, *How Do Transf
 Topic Structure: Towards a Mechanistic Understanding* (ICML 2023). Modules, by book chapter:
 
 - all chapters: :mod:`topicmech.setting` (:class:`~topicmech.setting.Setting` and :class:`~topicmech.setting.Masking`:
-  sizes, masking and the key convention, passed to every closed form and recipe);
+  sizes, masking and the key convention, taken by the closed forms of ``theory`` and the recipes of
+  chapters 3-5, with the exceptions the API page lists);
 - 1-2: :mod:`topicmech.data` (topic models, masking), :mod:`topicmech.model`,
   :mod:`topicmech.losses`, :mod:`topicmech.train` (the loop, :func:`topicmech.train.train`),
   :mod:`topicmech.probes` (block means, attention by topic relation),

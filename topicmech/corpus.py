@@ -44,8 +44,8 @@ __all__ = [
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 #: File name of the Lee background corpus in gensim's test data (300 news articles, one per line).
 LEE_SAMPLE = "lee_background.cor"
-#: File name of gensim's mini 20-newsgroups sample (200 posts of alt.atheism and sci.space: a zlib-compressed
-#: Python-2 pickle of a scikit-learn ``Bunch``).
+#: File name of gensim's mini 20-newsgroups sample, 200 posts of alt.atheism and sci.space stored as a
+#: zlib-compressed Python-2 pickle of a scikit-learn ``Bunch``.
 NEWSGROUP_SAMPLE = "mini_newsgroup"
 
 _WIKI_NOISE = [(re.compile(r"^\s*=+[^=\n]*=+\s*$", re.MULTILINE), " "),                     # headings

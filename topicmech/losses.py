@@ -24,7 +24,8 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor, selected: torch.Tensor
              check: bool = True) -> torch.Tensor:
     """Mean loss at the ``selected`` positions (BoolTensor ``(batch, N)``; 0 if none) of ``logits``
     ``(batch, N, D)`` against the true words ``targets`` ``(batch, N)``: ``kind="squared"``,
-    ``||f - e_y||^2`` (the theory's loss), or ``"cross_entropy"`` over the ``D`` tokens.
+    ``||f - e_y||^2`` (the squared loss the book's derivations assume; the authors do not state the loss
+    of their theorems), or ``"cross_entropy"`` over the ``D`` tokens.
 
     ``check=False`` skips validating the arguments (the training loop, which builds them, saves
     a pass over ``targets`` per step).

@@ -19,7 +19,7 @@ from .utils import Mode, check_positive_int, run_mode, seed_everything
 
 __all__ = ["setup_notebook", "glue_values", "GLUED", "format_values", "show_values"]
 
-#: What :func:`glue_values` glued, by name (with or without ``myst_nb``): in an exported notebook,
+#: What :func:`glue_values` glued, by name (with or without ``myst_nb``). In an exported notebook,
 #: the values behind the numbers its text shows as their names.
 GLUED: dict[str, Any] = {}
 

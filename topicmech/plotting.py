@@ -34,6 +34,8 @@ _COLORBLIND = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161",
 
 #: What ``seaborn.set_theme(style="whitegrid", palette="colorblind", context="notebook")`` sets, as
 #: matplotlib settings (the tests compare them with seaborn's), except its own default colour map.
+#:
+#: :meta hide-value:
 SEABORN_THEME: dict[str, object] = {
     "axes.axisbelow": True, "axes.edgecolor": ".8", "axes.facecolor": "white", "axes.grid": True,
     "axes.labelcolor": ".15", "axes.labelsize": 12.0, "axes.linewidth": 1.25,

@@ -384,7 +384,7 @@ _AUTHORS_WIKIPEDIA: dict[tuple[str, bool], dict[str, tuple[float, float, float]]
                                    "attention_ratio": (0.99943, 0.99996, 1.00007)},
     ("BERT, random init", True): {k: (np.nan,) * 3 for k in ("cosine_ratio", "dot_ratio", "attention_ratio")},
 }
-#: the authors' three thresholds ("ambiguity thresholds"): the top 0.05%, 0.1% and 0.2% of the vocabulary
+#: The authors' three thresholds ("ambiguity thresholds"), the top 0.05%, 0.1% and 0.2% of the vocabulary.
 AUTHORS_FRACTIONS: tuple[float, float, float] = (0.0005, 0.001, 0.002)
 
 

@@ -69,7 +69,7 @@ __all__ = [
 THRESHOLDS: tuple[float, ...] = (0.001, 0.002)
 #: The three ratios of the authors' metric that :func:`topic_ratios` returns first.
 RATIO_KEYS: tuple[str, ...] = ("embedding_cosine", "embedding_dot", "attention")
-#: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order: the ratios and the cosine gap
+#: What :func:`train_word_mlm` tracks in its ``"ratios"`` probe, in order the ratios and the cosine gap
 #: (same-topic minus different-topic mean cosine, which, unlike the ratio of two means near 0, is near 0 at
 #: initialisation).
 TRACKED_KEYS: tuple[str, ...] = (*RATIO_KEYS, "cosine_gap")
@@ -414,14 +414,18 @@ class StageTimes:
 
     @property
     def two_stages(self) -> bool:
-        """Two stages appear: both thresholds are reached, the attention one at least ``factor`` times later
-        (counting the embedding crossing as at least one step)."""
+        """Whether two stages appear, that is both thresholds are reached, the attention one at least ``factor``
+        times later (counting the embedding crossing as at least one step)."""
         return bool(np.isfinite(self.embedding) and np.isfinite(self.attention)
                     and self.attention >= self.factor * max(self.embedding, 1.0))
 
 
-#: The stage rule's defaults (ours): the cosine gap, the attention ratio and the factor between the crossings.
-STAGE_GAP, STAGE_RATIO, STAGE_FACTOR = 0.1, 1.2, 2.0
+#: Default of the stage rule (ours) for the embedding crossing, a same-minus-different topic cosine gap.
+STAGE_GAP: float = 0.1
+#: Default of the stage rule (ours) for the attention crossing, a same-over-different topic attention ratio.
+STAGE_RATIO: float = 1.2
+#: Default of the stage rule (ours) for the factor by which the attention crossing comes later.
+STAGE_FACTOR: float = 2.0
 
 
 def stage_times(run: WordMLM, *, embedding_gap: float = STAGE_GAP, attention_ratio: float = STAGE_RATIO,

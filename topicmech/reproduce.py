@@ -322,14 +322,17 @@ class ReleasedCodeRun:
 
     Attributes
     ----------
-    value_matrix, effective_value_matrix : ndarray, shape (100, 100)
-        The trained ``W^V`` on word rows and columns, and the map from a word's one-hot input to the logits over
-        words through the LayerNorm, the token-type vector and ``b^V``.
+    value_matrix : ndarray, shape (100, 100)
+        The trained ``W^V`` on word rows and columns.
+    effective_value_matrix : ndarray, shape (100, 100)
+        The map from a word's one-hot input to the word logits through the LayerNorm, the token type and ``b^V``.
     dev_loss : float
         The training loss (cross-entropy unless ``loss="squared"``) on the held-out documents with their own fixed
         masks, the mean over batches of 40 (the released code's dev loss).
-    steps, norms : ndarray (k,), dict of str to ndarray (k,)
-        Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at every step (0 = initialisation).
+    steps : ndarray of int, shape (k,)
+        The steps at which the norms were read (0 = initialisation).
+    norms : dict of str to ndarray, shape (k,)
+        Frobenius norms of ``"W_K"``, ``"W_Q"``, ``"W_V"`` at those steps.
     train_loss : ndarray, shape (steps,)
         The minibatch loss at each step.
     attention : dict of str to float
@@ -377,10 +380,9 @@ def released_code_run(*, attention: Literal["uniform", "learned"], steps: int, s
     embedding_block : bool
         False turns the token-type vector and LayerNorm off (the one switch to our clean model).
     loss : {"cross_entropy", "squared"}
-        The released code's default, or its ``no_softmax`` switch: the squared error to the
-        one-hot label over all 104 ids (:func:`topicmech.losses.mlm_loss`, 104 times the
-        released code's ``MSELoss``, the same direction of step; for SGD divide ``lr`` by 104
-        to match its step size).
+        The released code's default, or its ``no_softmax`` switch: the squared error to the one-hot label over all 104
+        ids (:func:`topicmech.losses.mlm_loss`, 104 times the released code's ``MSELoss``, the same direction of step;
+        for SGD divide ``lr`` by 104 to match its step size).
     seed : int
         Seeds the corpora, the masks, the initialisation and the batch order.
     attention_at : sequence of int
@@ -632,8 +634,8 @@ def magnitude_verdict(ours: dict[str, float], authors: dict[str, float], *, fact
     return f"partly: holds {', '.join(held)}; misses {', '.join(missed)}"
 
 
-#: The authors' two-stage figure as levels and timing: norms at step 1,000 (``W^V`` 1.3 to 2.1, ``W^K``, ``W^Q``
-#: 5 to 12), the steps at which ``W^K``, ``W^Q`` leave zero (400 to 700), ``W^V``'s plateau step (about 400).
+#: The authors' two-stage figure, as norms at step 1,000 (``W^V`` 1.3 to 2.1, ``W^K``, ``W^Q`` 5 to 12), the
+#: steps at which ``W^K``, ``W^Q`` leave zero (400 to 700) and ``W^V``'s plateau step (about 400).
 AUTHORS_STAGES: dict = {"W_V": (1.3, 2.1), "W_KQ": (5.0, 12.0), "kq_leave": (400.0, 700.0), "v_plateau": 400.0}
 
 
@@ -783,15 +785,14 @@ def deep_bump_metrics(seed: int, *, steps: int = 400, lr: float = 1e-3, window: 
     """What the early bump of ``W^K``, ``W^Q`` in the 4-layer run is: the run of
     :func:`deep_norm_metrics` (same seed, same numbers) with the matrices kept every 5 steps.
 
-    For ``name`` in ``W_K``, ``W_Q`` (all layers stacked): ``"<name>.peak_step"``, the step of the largest norm
-    before the largest fall of the norm within the first ``window`` steps, and ``"<name>.dip_step"``, the lowest
-    point after it; ``"<name>.fall"``, that fall as a fraction of the norm's rise from step 0 to ``steps``;
-    ``"<name>.peak_frac"``, the peak's height as the same fraction; ``"<name>.cos_final"``, the cosine between
-    the displacement from the initialisation at the peak and at the end (its sign is arbitrary: flipping
-    ``W^K`` and ``W^Q`` together leaves the scores unchanged), and ``"<name>.score_cos_final"``, the cosine
-    between the key-query products ``(W^K)^T W^Q`` of all layers at the peak and at the end;
-    ``"<name>.first10"`` and ``"<name>.stays10"``, the first step at which the norm has covered 10% of its rise
-    and the first after which it stays there.
+    For ``name`` in ``W_K``, ``W_Q`` (all layers stacked): ``"<name>.peak_step"``, the step of the largest norm before
+    the largest fall of the norm within the first ``window`` steps, and ``"<name>.dip_step"``, the lowest point after
+    it; ``"<name>.fall"``, that fall as a fraction of the norm's rise from step 0 to ``steps``;
+    ``"<name>.peak_frac"``, the peak's height as the same fraction; ``"<name>.cos_final"``, the cosine between the
+    displacement from the initialisation at the peak and at the end (its sign is arbitrary: flipping ``W^K`` and
+    ``W^Q`` together leaves the scores unchanged), and ``"<name>.score_cos_final"``, the cosine between the key-query
+    products ``(W^K)^T W^Q`` of all layers at the peak and at the end; ``"<name>.first10"`` and ``"<name>.stays10"``,
+    the first step at which the norm has covered 10% of its rise and the first after which it stays there.
     """
     steps = check_positive_int("steps", steps)
     window = check_positive_int("window", window)
@@ -873,11 +874,10 @@ def all_trained_metrics(seed: int, *, steps: int = 1000, settings: Sequence[Sequ
     """:func:`all_trained_gram` in each ``(loss, optimizer, lr)`` setting (default
     :data:`EMBEDDING_SETTINGS`) on a fresh corpus of the seed, reduced to numbers.
 
-    Metrics prefixed ``"<loss>_<optimizer>."``: the four
-    :func:`topicmech.probes.topic_cosines` numbers, ``"gap"`` (same-topic minus
-    different-topic mean cosine) and ``"block_cosines"``, the 10 x 10 matrix of mean cosines
-    between the words of two topics (the diagonal over distinct words), flattened. Each setting is
-    trained from the same seed whatever the others, so a subset reruns to the same numbers.
+    Metrics prefixed ``"<loss>_<optimizer>."``: the four :func:`topicmech.probes.topic_cosines` numbers, ``"gap"``
+    (same-topic minus different-topic mean cosine) and ``"block_cosines"``, the 10 x 10 matrix of mean cosines between
+    the words of two topics (the diagonal over distinct words), flattened. Each setting is trained from the same seed
+    whatever the others, so a subset reruns to the same numbers.
     """
     settings = EMBEDDING_SETTINGS if settings is None else [(str(a), str(b), float(c)) for a, b, c in settings]
     (corpus_seed,) = spawn_seeds(seed, 1)

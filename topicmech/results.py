@@ -99,8 +99,10 @@ def _default_dir() -> Any:
 
 #: Where stored results live (the first of :func:`locations` when the package was imported):
 #: ``TOPICMECH_RESULTS`` if set, else ``results/`` at the top of the repository in a checkout,
-#: else the copy installed with the package.
-RESULTS_DIR = _default_dir()
+#: else the copy installed with the package. Its value depends on the machine, so it is not shown here.
+#:
+#: :meta hide-value:
+RESULTS_DIR: Path = _default_dir()
 
 
 @dataclass(frozen=True)

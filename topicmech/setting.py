@@ -92,7 +92,7 @@ class Masking:
         return dataclasses.replace(self, **changes)
 
 
-#: BERT's corruption, ``Masking(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)``: the default
+#: BERT's corruption, ``Masking(mask_prob=0.15, keep_prob=0.1, random_prob=0.1)``, the default
 #: ``masking`` of :class:`Setting`, :func:`topicmech.train.train` and the recipes.
 BERT_MASKING = Masking()
 

@@ -129,7 +129,10 @@ class StageOneRun:
         Minibatch loss at every step (without the L2 term).
     phases : tuple of (int, float)
         The ``(steps, lr)`` phases that were run.
-    num_topics, words_per_topic : int
+    num_topics : int
+        ``T``, the number of topics of the run.
+    words_per_topic : int
+        ``v``, the words of each topic.
     """
 
     W_V: np.ndarray

@@ -47,8 +47,12 @@ class Stage2Setting:
     lr : float, optional
         Learning rate (large: ``dL/dA`` is of order 1e-4); default :func:`topicmech.theory.default_stage2_lr`
         (of the setting with hidden keys), stored, so pass ``lr=None`` to :meth:`replace` with new data parameters.
-    steps, batch_size, probe_every : int
-        SGD steps, fresh documents per step, steps between recordings of the contrasts of ``A``.
+    steps : int
+        SGD steps.
+    batch_size : int
+        Fresh documents per step.
+    probe_every : int
+        Steps between recordings of the contrasts of ``A``.
     init_scale : float
         Standard deviation of the Gaussian initial ``W_K`` and ``W_Q``.
     """
@@ -170,19 +174,36 @@ class GradientSummary:
 
     Attributes
     ----------
-    same_word, same_topic, diff_topic, same_word_se, same_topic_se, diff_topic_se : float
-        Means of ``G[u, q]`` over word keys ``u`` and word queries ``q`` on the three orbits.
-    ratio, ratio_se : float
-        Mean and standard error of the per-estimate ratio ``same_topic / diff_topic``.
+    same_word : float
+        Mean of ``G[u, q]`` over word keys ``u`` and word queries ``q`` with ``u = q``.
+    same_topic : float
+        The same mean over distinct words ``u != q`` of one topic.
+    diff_topic : float
+        The same mean over words of different topics.
+    same_word_se : float
+        Standard error of ``same_word`` over the estimates.
+    same_topic_se : float
+        Standard error of ``same_topic``.
+    diff_topic_se : float
+        Standard error of ``diff_topic``.
+    ratio : float
+        Mean of the per-estimate ratio ``same_topic / diff_topic``.
+    ratio_se : float
+        Standard error of that ratio.
     mask_key : float
         Mean of ``G[[MASK], q]`` over word queries (0 with hidden keys).
-    mask_query_mean, mask_query_max_z : float
-        Mean of the ``[MASK]``-query column over word keys; largest ``|z|`` of an entry against
-        it, standard error pooled over the keys (:func:`mask_column_z`). The entries are
-        correlated, so the null law of the largest ``|z|`` is :func:`mask_column_null_max_z`.
+    mask_query_mean : float
+        Mean of the ``[MASK]``-query column over word keys.
+    mask_query_max_z : float
+        Largest ``|z|`` of an entry of that column against its mean, standard error pooled over
+        the keys (:func:`mask_column_z`). The entries are correlated, so the null law of the
+        largest ``|z|`` is :func:`mask_column_null_max_z`.
     max_column_sum : float
         Largest ``|sum_u G[u, q]|`` (0 up to rounding: softmax shift invariance).
-    words_per_topic, num_estimates : int
+    words_per_topic : int
+        ``v``, the words of each topic.
+    num_estimates : int
+        The number of independent Monte-Carlo estimates averaged.
     """
 
     same_word: float

@@ -36,7 +36,8 @@ OptimizerKind = Literal["sgd", "adam"]
 #: Default Adam learning rate of the runners (Adam's step does not scale with the curvature).
 ADAM_LR: float = 1e-2
 
-#: Settings of :func:`compensation_run`: nothing handicapped, one-hot embeddings, uniform attention.
+#: The settings of :func:`compensation_run`, in order nothing handicapped, one-hot embeddings and
+#: uniform attention.
 HANDICAPS: tuple[str, ...] = ("none", "embedding", "attention")
 
 #: Parameters :func:`value_blocks_along` and :func:`stage1_point` can sweep.
@@ -74,7 +75,8 @@ def _tail_loss(losses: Sequence[float]) -> float:
     return float(np.mean(losses[-max(1, len(losses) // 10):]))
 
 
-#: Data seeds of the phases of :func:`stage1_point`: ``offset + seed``, run at ``lr`` then ``lr / 10``.
+#: The data seeds of the two phases of :func:`stage1_point` are ``offset + seed``; the phases run at
+#: ``lr`` then ``lr / 10``.
 STAGE1_SEED_OFFSETS: tuple[int, int] = (1000, 500_000)
 
 

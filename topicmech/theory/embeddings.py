@@ -119,15 +119,38 @@ class TiedBlocks:
 
     Attributes
     ----------
-    rank_mean, rank_topic, rank_within : int
-        Rank spent on the (all-ones, ``[MASK]``) plane, on topic and on within-topic contrasts.
-    sigma_within, sigma_topic, lam_within, lam_topic, gain_within, gain_topic : float
-        Eigenvalues of ``Sigma`` and ``W*`` on the two word eigenspaces; loss decrease per unit of rank.
+    d : int
+        The embedding dimension.
+    rank_mean : int
+        Rank spent on the plane spanned by the all-ones word vector and ``e_MASK``.
+    rank_topic : int
+        Rank spent on topic contrasts.
+    rank_within : int
+        Rank spent on within-topic contrasts.
+    sigma_within : float
+        Eigenvalue of ``Sigma`` on within-topic contrasts.
+    sigma_topic : float
+        Eigenvalue of ``Sigma`` on topic contrasts.
+    lam_within : float
+        Eigenvalue of ``W*`` on within-topic contrasts.
+    lam_topic : float
+        Eigenvalue of ``W*`` on topic contrasts.
+    gain_within : float
+        Loss decrease per unit of rank on within-topic contrasts.
+    gain_topic : float
+        Loss decrease per unit of rank on topic contrasts.
     gain_mean : tuple of float
         Loss decrease of the best PSD matrix of rank 0, 1, 2 on the plane.
-    diag, same_topic, diff_topic, mask_col, mask_mask : float
-        Gram block means: same word, same topic (off-diagonal), different topic, ``[MASK]``
-        column over words, ``|e_MASK|^2``.
+    diag : float
+        Gram block mean over the same word.
+    same_topic : float
+        Gram block mean over distinct words of one topic.
+    diff_topic : float
+        Gram block mean over words of different topics.
+    mask_col : float
+        Mean of the ``[MASK]`` column of the Gram matrix over words.
+    mask_mask : float
+        ``|e_MASK|^2``.
     loss : float
         ``tr(M Sigma M) - 2 tr(M C^T)`` at this candidate.
     """
@@ -152,7 +175,7 @@ class TiedBlocks:
 
     @property
     def identical_within_topic(self) -> bool:
-        """True when no rank goes to within-topic contrasts: same-topic embeddings coincide."""
+        """Whether no rank goes to within-topic contrasts, so that same-topic embeddings coincide."""
         return self.rank_within == 0
 
     @property
@@ -252,11 +275,14 @@ class AllocationGains:
 
     Attributes
     ----------
-    lam_topic, lam_within : float
-        Eigenvalues of ``W* = C Sigma^+`` on topic and within-topic contrasts.
-    gain_topic, gain_within : float
-        Loss decrease per unit of tied-head rank on a topic / within-topic contrast,
-        ``sigma lam_+^2``.
+    lam_topic : float
+        Eigenvalue of ``W* = C Sigma^+`` on topic contrasts.
+    lam_within : float
+        Eigenvalue of ``W*`` on within-topic contrasts.
+    gain_topic : float
+        Loss decrease per unit of tied-head rank on a topic contrast, ``sigma lam_+^2``.
+    gain_within : float
+        The same on a within-topic contrast.
     gain_plane : float
         Loss decrease of the best rank-1 PSD matrix on the plane span{all-ones word vector,
         ``e_MASK``} (its best direction).
@@ -270,7 +296,7 @@ class AllocationGains:
 
     @property
     def eigen_margin(self) -> float:
-        """``lam_topic - |lam_within|``: positive when the identity head's gap is."""
+        """The margin ``lam_topic - |lam_within|``, positive when the identity head's gap is."""
         return self.lam_topic - abs(self.lam_within)
 
 
@@ -357,12 +383,17 @@ class TiedBiasOptimum:
 
     Attributes
     ----------
-    M, bias : ndarray, shape (D, D) and (D,)
+    M : ndarray, shape (D, D)
         An optimal positive semi-definite ``M`` (determined up to ``c 1 1^T``, which the bias
-        absorbs; the minimum-norm one when it is PSD) and ``b = mu_y - M mu_x``.
-    weighted_gap, diag_minus_diff, same_minus_diff : float
-        :func:`weighted_topic_gap` of ``M`` (the book's ``Delta_M``); mean same-word and
-        same-topic (distinct words) entries minus the different-topic mean.
+        absorbs; the minimum-norm one when it is PSD).
+    bias : ndarray, shape (D,)
+        ``b = mu_y - M mu_x``.
+    weighted_gap : float
+        :func:`weighted_topic_gap` of ``M`` (the book's ``Delta_M``).
+    diag_minus_diff : float
+        Mean same-word entry minus the mean different-topic entry.
+    same_minus_diff : float
+        Mean same-topic entry (distinct words) minus the mean different-topic entry.
     min_eig : float
         Smallest eigenvalue of ``M`` on all of ``R^D`` (``>= 0`` up to rounding: ``M = E^T E``
         for some ``E`` with ``d = D``, so the PSD constraint is inactive).
