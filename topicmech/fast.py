@@ -37,8 +37,10 @@ __all__ = ["FUSED_DEVICES", "TorchOptimKernels", "fast_path", "selected_loss", "
            "chunk_statistics", "uniform_batches", "is_value_only", "value_step", "check_lengths",
            "sample_variable_length", "pad_documents"]
 
-# The devices whose parameters Adam's fused kernel accepts: CUDA, and the CPU from torch 2.4 on
-# (torch 2.3, the lowest release the package supports, has no fused CPU kernel).
+#: The devices whose parameters Adam's fused kernel accepts, CUDA and the CPU from torch 2.4 on
+#: (torch 2.3, the lowest release the package supports, has no fused CPU kernel).
+#:
+#: :meta hide-value:
 FUSED_DEVICES: tuple[str, ...] = ("cpu", "cuda") if TorchVersion(torch.__version__) >= (2, 4) else ("cuda",)
 
 _CHUNK_BUDGET = 1 << 18  # elements per (steps, batch, N) buffer of a chunk: 2 MB as int64

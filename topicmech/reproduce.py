@@ -499,7 +499,7 @@ def attention_table_metrics(seed: int, *, setting: Literal["replay", "no_embeddi
     small initialisation (``zero_init_noise``); ``"no_embedding_block"``: the same without the
     token-type vector and LayerNorm; ``"clean"``: :func:`synthetic_run`, our setting. Metrics are
     prefixed ``"<optimizer>_<lr>."``: the three attention categories, the dev loss (replays), the
-    norms at :data:`NORM_LANDMARKS`, their leave-zero steps (the last step for a norm that
+    norms at ``NORM_LANDMARKS`` (steps 100, 400, 700 and 1,000), their leave-zero steps (the last step for a norm that
     never rises) and curves every 10 steps. ``loss="squared"`` trains the replays with the
     released code's ``no_softmax`` switch (the clean setting only with cross-entropy).
     ``zero_init_noise=None`` starts the replays from PyTorch's default initialisation (the

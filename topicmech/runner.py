@@ -4,7 +4,7 @@
 a :class:`Sweep`; :func:`sweep_axes` varies one parameter at a time; :func:`tidy` and
 :func:`aggregate` turn results into tables. Every entry point runs its calls through
 :func:`parallel_map`: by default a local pool of forked worker processes, or any
-:class:`concurrent.futures.Executor` given as ``executor`` (a ``ProcessPoolExecutor``, a
+``concurrent.futures.Executor`` given as ``executor`` (a ``ProcessPoolExecutor``, a
 ``dask.distributed`` client's ``get_executor()``). Each call seeds itself, so the results are the
 same as in a serial run, in submission order, wherever they ran.
 """
@@ -52,7 +52,7 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
     """``[fn(x) for x in items]``, run by ``executor`` or by a local pool of ``n_jobs`` worker
     processes; lambdas and functions defined in a notebook work either way.
 
-    ``executor=None`` (default): the standard library's :class:`concurrent.futures.ProcessPoolExecutor`,
+    ``executor=None`` (default): the standard library's ``concurrent.futures.ProcessPoolExecutor``,
     made for this call. On Linux the workers are forked (:func:`start_method`): they start in
     milliseconds, inherit ``fn`` and the items (a loaded model, a corpus: nothing is copied), and
     are gone when the call returns, so a Jupyter kernel shuts down as fast as without them.
@@ -61,7 +61,7 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], *, n_jobs: int 
     fewer than eight items on two cores); a forked pool has up to one per item. Either way at most
     :func:`default_jobs`. Each worker runs one torch thread and one BLAS thread.
 
-    ``executor``: any :class:`concurrent.futures.Executor` (a ``ProcessPoolExecutor``, a
+    ``executor``: any ``concurrent.futures.Executor`` (a ``ProcessPoolExecutor``, a
     ``ThreadPoolExecutor``, ``dask.distributed.Client(...).get_executor()``) runs the calls as
     given (``n_jobs`` must then be None): ``fn`` and each item travel by cloudpickle, the workers
     need ``topicmech`` installed and keep their own thread settings. Threads share this process's

@@ -11,7 +11,7 @@ the key convention ``attend_to_masked``, which has no default anywhere in the pa
 
 Both classes are frozen dataclasses, validated once when built (errors name the value), so
 every function that takes one can trust it. Change a field with :meth:`Setting.replace`
-(or :func:`dataclasses.replace`), which validates again.
+(or ``dataclasses.replace``), which validates again.
 
 Examples
 --------

@@ -253,7 +253,7 @@ def _mask_columns(gradients: Sequence[np.ndarray], num_topics: int, words_per_to
 
 
 def mask_column_z(gradients: Sequence[np.ndarray], num_topics: int, words_per_topic: int) -> np.ndarray:
-    """The ``V`` z-scores of :attr:`GradientSummary.mask_query_max_z`: each word key's entry of the
+    """The ``V`` z-scores of ``mask_query_max_z`` of :class:`GradientSummary`: each word key's entry of the
     ``[MASK]``-query column of ``G`` (mean over the estimates) minus the column mean, over the
     standard error pooled over the keys; shape ``(V,)``."""
     return _mask_z(_mask_columns(gradients, num_topics, words_per_topic)[None])[0]

@@ -7,10 +7,16 @@
   or plumbing; a ``forward`` with its own docstring stays;
 - the ``Alias for field number N`` properties that :func:`collections.namedtuple` writes (each
   result class says what its fields hold in its own docstring).
+
+``missing-reference`` resolves a cross-reference to a package name that the page documents
+under another path: a re-export (``topicmech.theory.moments`` is documented as
+``topicmech.theory.value.moments``, ``topicmech.Setting`` as ``topicmech.setting.Setting``) or a
+bare name that the referring module imports (``moments()`` in ``topicmech.theory.estimates``).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -49,6 +55,72 @@ def skip_member(app: Any, what: str, name: str, obj: Any, skip: bool, options: A
     return None
 
 
+@functools.cache
+def _owners_of(name: str) -> tuple[str, ...]:
+    """The package modules that define ``name`` and list it in ``__all__``."""
+    import importlib
+    import pkgutil
+
+    import topicmech
+
+    found = []
+    for info in pkgutil.walk_packages(topicmech.__path__, "topicmech."):
+        module = importlib.import_module(info.name)
+        obj = getattr(module, name, None)
+        if name in getattr(module, "__all__", ()) and getattr(obj, "__module__", None) == info.name:
+            found.append(info.name)
+    return tuple(found)
+
+
+def _defining_name(target: str, module_name: str | None) -> str | None:
+    """The dotted name under which the package object ``target`` is defined, or None."""
+    import importlib
+
+    target = target.lstrip("~.")
+    candidates = [target]
+    if "." not in target:
+        # a bare name: the referring module's namespace, then the one module whose __all__ has it
+        candidates = [f"{module_name}.{target}"] if module_name else []
+        owners = _owners_of(target)
+        if len(owners) == 1:
+            candidates.append(f"{owners[0]}.{target}")
+    for name in candidates:
+        head, _, attr = name.rpartition(".")
+        if not head.startswith("topicmech"):
+            continue
+        try:
+            owner = importlib.import_module(head)
+        except ImportError:
+            # ``head`` names a class: ``topicmech.stage2.GradientSummary.ratio``
+            owner_name, _, cls = head.rpartition(".")
+            try:
+                owner = getattr(importlib.import_module(owner_name), cls)
+            except (ImportError, AttributeError):
+                continue
+        obj = getattr(owner, attr, None)
+        defined_in = getattr(obj, "__module__", None)
+        qualname = getattr(obj, "__qualname__", None)
+        if defined_in and qualname and defined_in.startswith("topicmech"):
+            return f"{defined_in}.{qualname}"
+    return None
+
+
+def resolve_reexport(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve a ``py`` reference to where its object is defined; None leaves it unresolved."""
+    if node.get("refdomain") != "py":
+        return None
+    name = _defining_name(node["reftarget"], node.get("py:module"))
+    if name is None or name == node["reftarget"]:
+        return None
+    domain = env.get_domain("py")
+    for role in ("obj", node["reftype"]):
+        found = domain.resolve_xref(env, node["refdoc"], app.builder, role, name, node, contnode)
+        if found is not None:
+            return found
+    return None
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("autodoc-skip-member", skip_member)
+    app.connect("missing-reference", resolve_reexport)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -217,7 +217,7 @@ TARGET_GROWTH_RATE: float = 0.03
 def default_stage2_lr(setting: Setting, target_rate: float = TARGET_GROWTH_RATE) -> float:
     """SGD learning rate for stage 2 that makes ``A`` first grow at ``target_rate`` per step.
 
-    Inverts :func:`topicmech.stage2.predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
+    Inverts :func:`topicmech.traces.predicted_growth_rate`: ``lr = target_rate sqrt(D) / (2 lambda_G)``, with
     ``lambda_G`` the exact hidden-key drive (:func:`stage2_drive`), which
     shrinks quickly with the vocabulary. Raises ValueError where it is not positive
     (``topics_per_doc == 1`` or ``keep_prob == 0``: uniform attention is then stationary).
