@@ -424,8 +424,10 @@ def joint_metrics(run: JointRun, *, uniform_loss: float | None = None) -> dict[s
 #: Stride (steps) of the curves that :func:`stage_metrics` returns.
 CURVE_EVERY = 50
 
-#: The two key conventions by the names the book uses, and their ``attend_to_masked`` values:
-#: ``"theory"``, masked positions visible as keys; ``"code"``, selected positions hidden as keys.
+#: The two key conventions by the names the book uses, and their ``attend_to_masked`` values.
+#: ``"theory"`` is the theory's convention (masked positions visible as keys), ``"code"`` the released
+#: code's (selected positions hidden as keys); :mod:`topicmech.stage2` calls them ``"visible"`` and
+#: ``"hidden"``.
 CONVENTIONS: dict[str, bool] = {"theory": True, "code": False}
 
 

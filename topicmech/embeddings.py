@@ -160,8 +160,8 @@ def block_differences(matrix: torch.Tensor | np.ndarray, num_topics: int, words_
     """Differences of block means that a tied head with a bias determines, unlike the levels.
 
     ``[weighted gap, same word - different topic, same topic - different topic]``; the
-    weighted gap is the first entry of :func:`topic_level` minus the second (the authors'
-    quantity, :func:`topicmech.theory.weighted_topic_gap`).
+    weighted gap is the first entry of :func:`topic_level` minus the second (our reading of
+    the authors' quantity, :func:`topicmech.theory.weighted_topic_gap`).
     """
     b = block_vector(matrix, num_topics, words_per_topic)
     same_level, diff, _ = topic_level(b, words_per_topic)

@@ -232,7 +232,8 @@ def label_token_axes(fig: plt.Figure, value: str = "inner product") -> plt.Figur
 
 def loss_curve(history, *, ax: plt.Axes | None = None, reference: float | None = None,
                reference_label: str = "optimum", window: int = 50, label: str | None = None) -> plt.Axes:
-    """Smoothed training loss, with an optional horizontal reference line."""
+    """Smoothed training loss of ``history`` (a :class:`topicmech.train.History`), with an optional
+    horizontal reference line; returns the Axes."""
     if ax is None:
         _, ax = plt.subplots(figsize=(5.0, 3.2))
     ax.plot(history.step, history.smoothed_loss(window), label=label or f"training loss (mean of {window})")

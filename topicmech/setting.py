@@ -5,7 +5,8 @@ holds a topic model's sizes ``T, v, tau``, the document length ``N``, a :class:`
 the key convention ``attend_to_masked``, which has no default anywhere in the package:
 
 - ``attend_to_masked=True``, **the theory's convention**: selected (masked) positions are
-  visible as keys. The authors' constants are limits of the optimum in this convention.
+  visible as keys. Our check, not the authors' statement: the authors' constants are limits of
+  the optimum in this convention.
 - ``attend_to_masked=False``, **the released code's convention**: selected positions are
   hidden as keys, as in the authors' released code.
 

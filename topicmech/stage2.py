@@ -480,7 +480,8 @@ def conventions_seed(seed: int, *, heldout_docs: int = 2000, size: str = "quick"
     Trains :func:`run_stage2` at ``seed`` with hidden keys (the released code's convention, metrics
     ``hidden.*``) and with visible keys (the theory's convention, ``visible.*``), and reads each on
     ``heldout_docs`` held-out unmasked documents drawn with seed ``12345 + seed``
-    (:func:`run_metrics`). Adds, with hidden keys, the fitted initial growth rate of the
+    (:func:`run_metrics`); :data:`topicmech.dynamics.CONVENTIONS` names the same two conventions
+    ``"code"`` and ``"theory"``. Adds, with hidden keys, the fitted initial growth rate of the
     same-topic contrast over the rate predicted from the exact gradient
     (``hidden.rate_ratio``, window 0.02 to 0.3 of :func:`topicmech.traces.growth_rate`; and
     ``hidden.rate_ratio_early``, window 0.01 to 0.05).
@@ -516,7 +517,8 @@ def tied_convergence_seed(seed: int, *, doc_lens: Sequence[int], num_docs: Seque
     ``seed`` draws the samples; ``num_docs[k]`` documents at ``doc_lens[k]``. Returns
     ``{convention}.N{N}.rho`` and ``.rho_se`` (the weighted ratio and its sandwich standard error),
     ``.alpha`` and ``.beta``, for ``convention`` in ``hidden`` (the released code's) and ``visible``
-    (the theory's); ``conventions`` picks which of the two to compute.
+    (the theory's; :data:`topicmech.dynamics.CONVENTIONS` calls them ``"code"`` and ``"theory"``);
+    ``conventions`` picks which of the two to compute.
     """
     if not conventions or any(c not in ("hidden", "visible") for c in conventions):
         raise ValueError(f"conventions must be a non-empty list of 'hidden' and 'visible', got {conventions!r}")

@@ -81,7 +81,7 @@ def empirical_key_query_gradient(value_matrix: np.ndarray, inputs: Any, selected
     Parameters
     ----------
     value_matrix : ndarray, shape (D, D)
-        W.
+        The value matrix ``W`` (held fixed) at which the gradient is taken.
     inputs : tensor or ndarray, shape (num_docs, doc_len)
         Corrupted ids, as in :func:`least_squares_value_matrix`.
     selected : tensor or ndarray of bool, shape (num_docs, doc_len)
