@@ -309,7 +309,7 @@ def plot_tracked(
     run: JointRun, *, axes: Sequence[Any] | None = None, loss_reference: float | None = None,
     loss_window: int = 50, title: str | None = None, shade: bool = True, legend: bool = True,
     step_scale: Literal["linear", "sqrt", "log"] = "linear", score_linthresh: float | None = None,
-) -> Any:
+) -> plt.Figure:
     """Four panels on a shared step axis: ``W^V`` gap, key-query matrix, attention, loss; returns the figure.
 
     Draws into ``axes`` (4 Axes) or a new figure; ``shade`` shades the two stages;
@@ -372,7 +372,7 @@ def plot_tracked(
 def plot_attention(
     run: JointRun, ax: Any | None = None, *, fields: Sequence[str] = ATTENTION_FIELDS, shade: bool = True,
     legend: bool = True, title: str | None = None,
-) -> Any:
+) -> plt.Axes:
     """Average attention by relation over training (the ``"attention"`` probe) in one panel; returns the Axes.
 
     ``fields``: which of :data:`topicmech.probes.ATTENTION_FIELDS` to draw; ``shade``: the stages, as in
