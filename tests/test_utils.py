@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from topicmech import utils
-from topicmech.notebook import glue_values, setup_notebook
+from topicmech.notebook import glue_values, setup_notebook, table_styles
 from topicmech.utils import (
     check_masking,
     check_positive_int,
@@ -273,3 +273,13 @@ def test_format_values_formats_as_the_book_and_marks_missing_names(monkeypatch, 
     for bad in ("", ":.2f", 3):
         with pytest.raises(ValueError, match=repr(bad).replace("(", r"\(")):
             notebook.format_values(bad)
+
+
+def test_table_styles_pads_cells_and_keeps_named_columns_left():
+    styles = table_styles(1, 3)
+    assert "padding" in styles[0]["props"] and styles[0]["selector"] == "th, td"
+    assert [s["selector"] for s in styles[1:]] == ["td:nth-child(1), th:nth-child(1)",
+                                                  "td:nth-child(3), th:nth-child(3)"]
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=repr(bad)):
+            table_styles(bad)

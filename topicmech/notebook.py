@@ -17,7 +17,8 @@ import torch
 from . import plotting
 from .utils import Mode, check_positive_int, run_mode, seed_everything
 
-__all__ = ["setup_notebook", "glue_values", "GLUED", "format_values", "show_values"]
+__all__ = ["setup_notebook", "glue_values", "GLUED", "format_values", "show_values",
+           "table_styles"]
 
 #: What :func:`glue_values` glued, by name (with or without ``myst_nb``). In an exported notebook,
 #: the values behind the numbers its text shows as their names.
@@ -42,6 +43,24 @@ def setup_notebook(seed: int = 0, *, threads: int = 1) -> Mode:
         warnings.filterwarnings("ignore", message="IProgress not found")
     plotting.set_style()
     return run_mode()
+
+
+def table_styles(*left: int) -> list[dict[str, str]]:
+    """Styles for a pandas ``Styler.set_table_styles``: padded cells, numbers right-aligned.
+
+    ``left`` numbers (from 1) the columns that stay left-aligned, such as a column of labels.
+    ``ValueError`` naming the value for a column number that is not a positive int.
+
+    Examples
+    --------
+    >>> df.style.hide(axis="index").set_table_styles(table_styles(1))  # doctest: +SKIP
+    """
+    for k in left:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"column numbers must be positive ints, got {k!r}")
+    pad = [{"selector": "th, td", "props": "padding: 0.2em 0.8em; text-align: right"}]
+    return pad + [{"selector": f"td:nth-child({k}), th:nth-child({k})", "props": "text-align: left"}
+                  for k in left]
 
 
 def glue_values(values: Mapping[str, Any], *, convert: Callable[[Any], Any] | None = None) -> None:
