@@ -58,7 +58,7 @@ def table_styles(*left: int) -> list[dict[str, str]]:
     for k in left:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"column numbers must be positive ints, got {k!r}")
-    pad = [{"selector": "th, td", "props": "padding: 0.2em 0.8em; text-align: right"}]
+    pad = [{"selector": "th, td", "props": "padding: 0.2em 0.3em; text-align: right"}]
     return pad + [{"selector": f"td:nth-child({k}), th:nth-child({k})", "props": "text-align: left"}
                   for k in left]
 
